@@ -1,0 +1,52 @@
+//! Shards run on glommio executors, but the ScyllaDB driver, the AWS SDK and lapin need tokio.
+//! A glommio task's waker may be woken from any thread, so a shard can hand a future to a tokio
+//! runtime and await the reply on a oneshot channel without blocking its executor.
+
+use std::future::Future;
+
+use futures::channel::oneshot;
+
+/// The tokio side went away (runtime shut down) before the reply was sent.
+#[derive(Debug, thiserror::Error)]
+#[error("tokio bridge closed before replying")]
+pub struct BridgeClosed;
+
+/// A handle to the process's tokio runtime, cheap to clone into every shard.
+#[derive(Debug, Clone)]
+pub struct TokioBridge {
+    handle: tokio::runtime::Handle,
+}
+
+impl TokioBridge {
+    /// Wraps a running tokio runtime.
+    pub fn new(handle: tokio::runtime::Handle) -> Self {
+        Self { handle }
+    }
+
+    /// Runs `work` on tokio and resolves, on whatever executor awaits it, to its output.
+    ///
+    /// The returned future is runtime-agnostic (a `futures` oneshot), so a glommio shard can
+    /// await it; it never blocks the calling thread.
+    pub fn call<F, T>(&self, work: F) -> impl Future<Output = Result<T, BridgeClosed>> + 'static
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        self.handle.spawn(async move {
+            // The caller may have given up (dropped the future): nothing to tell it then.
+            let _ = reply.send(work.await);
+        });
+        async move { answer.await.map_err(|_| BridgeClosed) }
+    }
+}
+
+/// Builds the tokio runtime the engine keeps beside its shards. Small on purpose: it only carries
+/// driver I/O, never pipeline work.
+pub fn build_tokio_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads.max(1))
+        .thread_name("hub-tokio")
+        .enable_all()
+        .build()
+}

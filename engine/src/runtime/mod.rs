@@ -1,0 +1,11 @@
+//! The engine's runtime: glommio shards (one executor per core) and the bridge to a small tokio
+//! runtime for the tokio-only clients (scylla, aws-sdk, lapin).
+//!
+//! glommio's last release is 0.9 (2024): every use of it stays behind this module, so a move to
+//! another thread-per-core runtime touches one folder.
+
+mod bridge;
+mod shards;
+
+pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
+pub use shards::{spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh, ShardRuntimeError};

@@ -1,0 +1,85 @@
+//! One glommio executor per core. Shards share nothing mutable: they talk through a channel mesh,
+//! and each owns the Kafka partitions the router gives it (see `ingest::router`).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
+use glommio::{CpuSet, LocalExecutorPoolBuilder, PoolPlacement};
+
+/// Index of a shard in `0..shard_count`, stable for the life of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardId(pub usize);
+
+/// How many shards to start and how to place them.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Number of executors; defaults to the number of online CPUs.
+    pub shards: usize,
+    /// Pin each executor to its own CPU. Off when there are more shards than CPUs.
+    pub pin: bool,
+    /// io_uring registered buffer memory per executor. Kept small: the memlock limit must hold
+    /// three times this per executor, and the engine does no large DMA I/O.
+    pub io_memory: usize,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            shards: cpus,
+            pin: true,
+            io_memory: 1 << 20,
+        }
+    }
+}
+
+/// The shards could not be started or one of them failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardRuntimeError {
+    /// glommio refused to build or run an executor (memlock limit, io_uring, CPU set).
+    #[error("shard runtime: {0}")]
+    Glommio(String),
+}
+
+/// The cross-shard channels handed to each shard: `send_to(peer, msg)` and per-peer receivers.
+pub type ShardMesh<M> = MeshBuilder<M, Full>;
+
+/// Senders and receivers of one shard once it joined the mesh.
+pub type JoinedMesh<M> = (Senders<M>, Receivers<M>);
+
+/// Starts `config.shards` executors, runs `make(shard_id)` on each, and waits for all of them.
+///
+/// Returns each shard's output in shard order.
+pub fn spawn_shards<G, F, T>(config: &ShardConfig, make: G) -> Result<Vec<T>, ShardRuntimeError>
+where
+    G: Fn(ShardId) -> F + Send + Clone + 'static,
+    F: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let shards = config.shards.max(1);
+    let cpus = CpuSet::online().ok();
+    let enough_cpus = cpus.as_ref().is_some_and(|set| set.len() >= shards);
+    let placement = if config.pin && enough_cpus {
+        PoolPlacement::MaxSpread(shards, cpus)
+    } else {
+        PoolPlacement::Unbound(shards)
+    };
+    let next_index = Arc::new(AtomicUsize::new(0));
+    let handles = LocalExecutorPoolBuilder::new(placement)
+        .name("hub-shard")
+        .io_memory(config.io_memory)
+        .on_all_shards(move || {
+            let id = ShardId(next_index.fetch_add(1, Ordering::Relaxed));
+            let make = make.clone();
+            async move { (id, make(id).await) }
+        })
+        .map_err(|e| ShardRuntimeError::Glommio(e.to_string()))?;
+    let mut outputs = Vec::with_capacity(shards);
+    for joined in handles.join_all() {
+        outputs.push(joined.map_err(|e| ShardRuntimeError::Glommio(e.to_string()))?);
+    }
+    outputs.sort_by_key(|(id, _)| *id);
+    Ok(outputs.into_iter().map(|(_, out)| out).collect())
+}

@@ -1,0 +1,7 @@
+//! One integration-test binary for the workspace: real services on loopback.
+
+mod smoke_aws;
+mod smoke_cql;
+mod smoke_kafka;
+mod smoke_rabbitmq;
+mod smoke_runtime;
