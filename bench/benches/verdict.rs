@@ -9,7 +9,10 @@ fn producer_headers() -> Vec<(&'static str, Vec<u8>)> {
         ("ce-specversion", b"1.0".to_vec()),
         ("ce-id", uuid::Uuid::now_v7().to_string().into_bytes()),
         ("ce-source", b"lender".to_vec()),
-        ("ce-type", b"studio.lerian.lender.loan_application.approved".to_vec()),
+        (
+            "ce-type",
+            b"studio.lerian.lender.loan_application.approved".to_vec(),
+        ),
         ("ce-time", b"2026-11-29T20:17:42.123456789Z".to_vec()),
         ("ce-schemaversion", b"1.0.0".to_vec()),
         ("ce-resourcetype", b"loan_application".to_vec()),
@@ -17,7 +20,10 @@ fn producer_headers() -> Vec<(&'static str, Vec<u8>)> {
         ("ce-tenantid", b"t-7f3e".to_vec()),
         ("ce-subject", b"loan-123".to_vec()),
         ("ce-datacontenttype", b"application/json".to_vec()),
-        ("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_vec()),
+        (
+            "traceparent",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_vec(),
+        ),
     ]
 }
 
@@ -30,7 +36,9 @@ fn verdict(c: &mut Criterion) {
         b.iter(|| {
             let v = judge(
                 "lender",
-                headers.iter().map(|(k, v)| (k.as_bytes(), Some(v.as_slice()))),
+                headers
+                    .iter()
+                    .map(|(k, v)| (k.as_bytes(), Some(v.as_slice()))),
                 512,
                 &limits,
             );
@@ -43,7 +51,9 @@ fn verdict(c: &mut Criterion) {
         b.iter(|| {
             judge(
                 "lender",
-                malformed.iter().map(|(k, v)| (k.as_bytes(), Some(v.as_slice()))),
+                malformed
+                    .iter()
+                    .map(|(k, v)| (k.as_bytes(), Some(v.as_slice()))),
                 512,
                 &limits,
             )
