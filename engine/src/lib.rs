@@ -8,4 +8,5 @@
 //! durable.
 
 pub mod runtime;
+pub mod store;
 pub mod verdict;

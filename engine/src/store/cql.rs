@@ -1,0 +1,1 @@
+//! The ScyllaDB (CQL) store. See `schema/cql/`.

@@ -1,0 +1,377 @@
+//! The embedded durable store for a single node: redb (a copy-on-write B-tree with ACID
+//! transactions) in one file, no external process.
+//!
+//! Each `write_batch` is one redb write transaction committed with fsync: dedup marks, `seq`
+//! numbers, inbox rows, quarantine rows and the unit's offset become durable together or not at
+//! all. redb has one writer at a time, so `seq` is allocated and made visible in the same
+//! transaction and a reader can never see `seq = n` before `seq < n` (R-IN-8).
+
+mod tables;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use redb::{Database, ReadableTable};
+
+use super::codec::{decode, encode};
+use super::{
+    BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
+    Store, StoreError, StoredEvent, UnitId,
+};
+use tables::*;
+
+/// The embedded store. Cheap to clone; all clones share one database file.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EmbeddedStore")
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the database file at `path`, creating its directory.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(unavailable)?;
+        }
+        let db = Database::create(path).map_err(unavailable)?;
+        let txn = db.begin_write().map_err(unavailable)?;
+        create_tables(&txn).map_err(unavailable)?;
+        txn.commit().map_err(unavailable)?;
+        Ok(Self { db: Arc::new(db) })
+    }
+
+    /// Runs blocking redb work off the async threads.
+    async fn blocking<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || work(&db))
+            .await
+            .map_err(unavailable)?
+    }
+}
+
+fn write_batch_txn(
+    db: &Database,
+    unit: &UnitId,
+    fence: Fence,
+    batch: IngestBatch,
+) -> Result<BatchOutcome, StoreError> {
+    let txn = db.begin_write().map_err(unavailable)?;
+    let mut outcome = BatchOutcome::default();
+    {
+        let mut units = txn.open_table(UNITS).map_err(unavailable)?;
+        let (current, _) = units
+            .get((unit.topic.as_str(), unit.partition))
+            .map_err(unavailable)?
+            .map_or((0, -1), |g| g.value());
+        if current != fence.generation {
+            return Err(StoreError::Fenced {
+                topic: unit.topic.clone(),
+                partition: unit.partition,
+                ours: fence.generation,
+                current,
+            });
+        }
+        let mut dedup = txn.open_table(DEDUP).map_err(unavailable)?;
+        let mut seqs = txn.open_table(TENANT_SEQ).map_err(unavailable)?;
+        let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
+        for event in batch.events {
+            let id = event.id.as_u128();
+            if dedup
+                .get((event.tenant.as_str(), id))
+                .map_err(unavailable)?
+                .is_some()
+            {
+                outcome.duplicates.push((event.tenant, event.id));
+                continue;
+            }
+            let seq = seqs
+                .get(event.tenant.as_str())
+                .map_err(unavailable)?
+                .map_or(0, |g| g.value())
+                + 1;
+            seqs.insert(event.tenant.as_str(), seq)
+                .map_err(unavailable)?;
+            dedup
+                .insert((event.tenant.as_str(), id), seq)
+                .map_err(unavailable)?;
+            let tenant = event.tenant.clone();
+            let row = encode(&StoredEvent { seq, event });
+            events
+                .insert((tenant.as_str(), seq), row.as_slice())
+                .map_err(unavailable)?;
+            outcome
+                .stored
+                .push((tenant, uuid::Uuid::from_u128(id), seq));
+        }
+        let mut quarantine = txn.open_table(QUARANTINE).map_err(unavailable)?;
+        let mut counters = txn.open_table(COUNTERS).map_err(unavailable)?;
+        let mut next_q = counters
+            .get(QUARANTINE_NEXT)
+            .map_err(unavailable)?
+            .map_or(0, |g| g.value());
+        outcome.quarantined = batch.quarantined.len();
+        for record in &batch.quarantined {
+            quarantine
+                .insert(next_q, encode(record).as_slice())
+                .map_err(unavailable)?;
+            next_q += 1;
+        }
+        counters
+            .insert(QUARANTINE_NEXT, next_q)
+            .map_err(unavailable)?;
+        if let Some(next) = batch.next_offset {
+            units
+                .insert((unit.topic.as_str(), unit.partition), (current, next))
+                .map_err(unavailable)?;
+        }
+    }
+    // Default durability is immediate: commit returns after fsync.
+    txn.commit().map_err(unavailable)?;
+    Ok(outcome)
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
+        let unit = unit.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            let claimed = {
+                let mut units = txn.open_table(UNITS).map_err(unavailable)?;
+                let key = (unit.topic.as_str(), unit.partition);
+                let (generation, next) = units
+                    .get(key)
+                    .map_err(unavailable)?
+                    .map_or((0, -1), |g| g.value());
+                units
+                    .insert(key, (generation + 1, next))
+                    .map_err(unavailable)?;
+                (
+                    Fence {
+                        generation: generation + 1,
+                    },
+                    (next >= 0).then_some(next),
+                )
+            };
+            txn.commit().map_err(unavailable)?;
+            Ok(claimed)
+        })
+        .await
+    }
+
+    async fn write_batch(
+        &self,
+        unit: &UnitId,
+        fence: Fence,
+        batch: IngestBatch,
+    ) -> Result<BatchOutcome, StoreError> {
+        let unit = unit.clone();
+        self.blocking(move |db| write_batch_txn(db, &unit, fence, batch))
+            .await
+    }
+
+    async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {
+        let unit = unit.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let units = txn.open_table(UNITS).map_err(unavailable)?;
+            let next = units
+                .get((unit.topic.as_str(), unit.partition))
+                .map_err(unavailable)?;
+            Ok(next.map(|g| g.value().1).filter(|n| *n >= 0))
+        })
+        .await
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let events = txn.open_table(EVENTS).map_err(unavailable)?;
+            let start = after.saturating_add(1);
+            let range = events
+                .range((tenant.as_str(), start)..=(tenant.as_str(), u64::MAX))
+                .map_err(unavailable)?;
+            let mut out = Vec::with_capacity(limit.min(1024));
+            for row in range.take(limit) {
+                let (_, value) = row.map_err(unavailable)?;
+                out.push(decode::<StoredEvent>(value.value())?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn list_quarantine(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<QuarantineRecord>, StoreError> {
+        let filter = filter.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(QUARANTINE).map_err(unavailable)?;
+            scan_page(
+                table.range(cursor..).map_err(unavailable)?,
+                limit,
+                |r: &QuarantineRecord| {
+                    filter.matches(
+                        &r.topic,
+                        r.tenant.as_deref(),
+                        Some(&r.reason),
+                        r.received_at_ms,
+                    )
+                },
+            )
+        })
+        .await
+    }
+
+    async fn record_dlq(&self, obs: Vec<DlqObservation>) -> Result<(), StoreError> {
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            {
+                let mut table = txn.open_table(DLQ).map_err(unavailable)?;
+                let mut seen = txn.open_table(DLQ_SEEN).map_err(unavailable)?;
+                let mut counters = txn.open_table(COUNTERS).map_err(unavailable)?;
+                let mut next = counters
+                    .get(DLQ_NEXT)
+                    .map_err(unavailable)?
+                    .map_or(0, |g| g.value());
+                for o in &obs {
+                    let key = (o.topic.as_str(), o.partition, o.offset);
+                    if seen.get(key).map_err(unavailable)?.is_some() {
+                        continue;
+                    }
+                    seen.insert(key, next).map_err(unavailable)?;
+                    table
+                        .insert(next, encode(o).as_slice())
+                        .map_err(unavailable)?;
+                    next += 1;
+                }
+                counters.insert(DLQ_NEXT, next).map_err(unavailable)?;
+            }
+            txn.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn list_dlq(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<DlqObservation>, StoreError> {
+        let filter = filter.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(DLQ).map_err(unavailable)?;
+            scan_page(
+                table.range(cursor..).map_err(unavailable)?,
+                limit,
+                |o: &DlqObservation| {
+                    filter.matches(
+                        &o.topic,
+                        o.tenant.as_deref(),
+                        o.error_class.as_deref(),
+                        o.observed_at_ms,
+                    )
+                },
+            )
+        })
+        .await
+    }
+}
+
+/// Reads rows from a cursor, keeps those `keep` accepts, stops at `limit`.
+fn scan_page<'a, T, R>(
+    range: R,
+    limit: usize,
+    keep: impl Fn(&T) -> bool,
+) -> Result<Page<T>, StoreError>
+where
+    T: serde::de::DeserializeOwned,
+    R: Iterator<
+        Item = Result<
+            (
+                redb::AccessGuard<'a, u64>,
+                redb::AccessGuard<'a, &'static [u8]>,
+            ),
+            redb::StorageError,
+        >,
+    >,
+{
+    let mut items = Vec::new();
+    for row in range {
+        let (key, value) = row.map_err(unavailable)?;
+        if items.len() == limit {
+            return Ok(Page {
+                items,
+                next_cursor: Some(key.value()),
+            });
+        }
+        let item: T = decode(value.value())?;
+        if keep(&item) {
+            items.push(item);
+        }
+    }
+    Ok(Page {
+        items,
+        next_cursor: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_op_2_embedded_store_passes_the_conformance_suite() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
+        crate::store::conformance::run_all(Arc::new(store), "embedded").await;
+    }
+
+    #[tokio::test]
+    async fn r_in_7_embedded_store_keeps_everything_across_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("hub.redb");
+        let unit = UnitId::new("lerian.streaming.lender", 0);
+        let ev = crate::store::conformance::event("t-1", "x.created");
+        {
+            let store = EmbeddedStore::open(&path).expect("open");
+            let (fence, _) = store.claim_unit(&unit).await.expect("claim");
+            let batch = IngestBatch {
+                events: vec![ev.clone()],
+                quarantined: vec![],
+                next_offset: Some(7),
+            };
+            store.write_batch(&unit, fence, batch).await.expect("write");
+        }
+        let store = EmbeddedStore::open(&path).expect("reopen");
+        assert_eq!(store.unit_offset(&unit).await.expect("offset"), Some(7));
+        let read = store.read_events("t-1", 0, 10).await.expect("read");
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].event, ev);
+    }
+}

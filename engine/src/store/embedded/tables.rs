@@ -1,0 +1,36 @@
+//! redb table layout of the embedded store.
+
+use redb::{TableDefinition, WriteTransaction};
+
+/// `(tenant, seq)` → encoded `StoredEvent`: the inbox, read by `seq` range.
+pub const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
+/// `(tenant, ce-id)` → `seq`: the dedup marks (R-IN-6).
+pub const DEDUP: TableDefinition<(&str, u128), u64> = TableDefinition::new("dedup");
+/// `tenant` → last assigned `seq`.
+pub const TENANT_SEQ: TableDefinition<&str, u64> = TableDefinition::new("tenant_seq");
+/// `(topic, partition)` → `(generation, next offset or -1)`: ownership fence and durable position.
+pub const UNITS: TableDefinition<(&str, i32), (u64, i64)> = TableDefinition::new("units");
+/// quarantine number → encoded `QuarantineRecord`.
+pub const QUARANTINE: TableDefinition<u64, &[u8]> = TableDefinition::new("quarantine");
+/// observation number → encoded `DlqObservation`.
+pub const DLQ: TableDefinition<u64, &[u8]> = TableDefinition::new("dlq");
+/// `(topic, partition, offset)` → observation number: makes DLQ recording idempotent.
+pub const DLQ_SEEN: TableDefinition<(&str, i32, i64), u64> = TableDefinition::new("dlq_seen");
+/// Named counters (next row numbers).
+pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+pub const QUARANTINE_NEXT: &str = "quarantine_next";
+pub const DLQ_NEXT: &str = "dlq_next";
+
+/// Opens every table once so readers never meet a missing one.
+pub fn create_tables(txn: &WriteTransaction) -> Result<(), redb::TableError> {
+    txn.open_table(EVENTS)?;
+    txn.open_table(DEDUP)?;
+    txn.open_table(TENANT_SEQ)?;
+    txn.open_table(UNITS)?;
+    txn.open_table(QUARANTINE)?;
+    txn.open_table(DLQ)?;
+    txn.open_table(DLQ_SEEN)?;
+    txn.open_table(COUNTERS)?;
+    Ok(())
+}

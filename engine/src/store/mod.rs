@@ -1,0 +1,112 @@
+//! The `Store` contract (DESIGN invariant 4): one trait, two implementations — `embedded`
+//! (a single node, no external process) and `cql` (ScyllaDB) — and one conformance suite run
+//! against both.
+//!
+//! Methods are `Send` futures run on tokio; shards reach them through `runtime::TokioBridge`.
+
+pub mod codec;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+pub mod cql;
+pub mod embedded;
+mod model;
+
+use async_trait::async_trait;
+
+pub use model::*;
+
+/// Store failures. Ingest treats every one as "not durable": the offset is not committed and the
+/// batch is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or refused the operation.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Another owner holds a newer generation of this unit; this writer must stop writing it.
+    #[error("stale owner of {topic}/{partition}: generation {ours} < {current}")]
+    Fenced {
+        topic: String,
+        partition: i32,
+        ours: u64,
+        current: u64,
+    },
+    /// Stored bytes could not be decoded (corruption or an incompatible version).
+    #[error("corrupt stored record: {0}")]
+    Corrupt(String),
+}
+
+/// The contract both stores keep.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Takes ownership of a unit for a new generation (one higher than any before) and returns it
+    /// with the unit's durable next offset.
+    async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError>;
+
+    /// Persists one unit's batch: dedup on `(tenant, id)` (first write wins), a `seq` per new
+    /// event, the inbox rows, the quarantine rows and the unit's next offset. When it returns
+    /// `Ok`, all of it is durable. Refused with `Fenced` when `fence` is stale.
+    async fn write_batch(
+        &self,
+        unit: &UnitId,
+        fence: Fence,
+        batch: IngestBatch,
+    ) -> Result<BatchOutcome, StoreError>;
+
+    /// The unit's durable next offset, if anything was ever written for it.
+    async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError>;
+
+    /// A tenant's events with `seq > after`, in `seq` order, at most `limit`. A reader never
+    /// skips an event: once `seq = n` was returned, no `seq < n` appears later (R-IN-8).
+    async fn read_events(
+        &self,
+        tenant: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Quarantine records, oldest first, starting at `cursor`.
+    async fn list_quarantine(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<QuarantineRecord>, StoreError>;
+
+    /// Records a producer dead-letter observation (idempotent on topic/partition/offset).
+    async fn record_dlq(&self, obs: Vec<DlqObservation>) -> Result<(), StoreError>;
+
+    /// DLQ observations, oldest first, starting at `cursor`.
+    async fn list_dlq(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<DlqObservation>, StoreError>;
+}
+
+impl ForensicsFilter {
+    /// Whether a quarantine record or DLQ observation passes the filter.
+    pub fn matches(
+        &self,
+        topic: &str,
+        tenant: Option<&str>,
+        class: Option<&str>,
+        at_ms: i64,
+    ) -> bool {
+        self.source
+            .as_deref()
+            .is_none_or(|s| source_of_topic(topic) == Some(s))
+            && self.tenant.as_deref().is_none_or(|t| tenant == Some(t))
+            && self.class.as_deref().is_none_or(|c| class == Some(c))
+            && self.since_ms.is_none_or(|s| at_ms >= s)
+            && self.until_ms.is_none_or(|u| at_ms < u)
+    }
+}
+
+/// The producer source named by a unit's topic: `lerian.streaming.<source>[.dlq]` or `http:<source>`.
+pub fn source_of_topic(topic: &str) -> Option<&str> {
+    topic
+        .strip_prefix("http:")
+        .or_else(|| crate::verdict::topic_source(topic))
+        .or_else(|| crate::verdict::dlq_topic_source(topic))
+}
