@@ -2,11 +2,18 @@
 //!
 //! Data flow, in module order: `ingest` (Kafka or HTTP records) → `verdict` (pure: accept, drop,
 //! quarantine) → `store` (dedup, `seq`, inbox; one durable unit per partition batch) → offset
-//! commit. The `runtime` module holds the shard-per-core executors and the tokio bridge.
+//! commit. `runtime` holds the shard-per-core executors and the tokio bridge; `hub` wires the
+//! stages; `api` is the HTTP surface; `config` and `telemetry` are what operators touch.
 //!
 //! Invariant (no loss): an offset is committed only after everything derived from its record is
 //! durable.
 
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod hub;
+pub mod ingest;
 pub mod runtime;
 pub mod store;
+pub mod telemetry;
 pub mod verdict;

@@ -23,6 +23,11 @@ impl TokioBridge {
         Self { handle }
     }
 
+    /// The tokio handle, for threads that may block on it (never a shard).
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+
     /// Runs `work` on tokio and resolves, on whatever executor awaits it, to its output.
     ///
     /// The returned future is runtime-agnostic (a `futures` oneshot), so a glommio shard can

@@ -9,3 +9,8 @@ mod shards;
 
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
 pub use shards::{spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh, ShardRuntimeError};
+
+/// Sleeps on the current shard's timer (glommio). Only for code running on a shard.
+pub async fn shard_sleep(d: std::time::Duration) {
+    glommio::timer::sleep(d).await;
+}

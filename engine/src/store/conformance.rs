@@ -79,7 +79,7 @@ async fn write(
         next_offset: Some(next),
     };
     store
-        .write_batch(unit, fence, batch)
+        .write_batch(unit, fence, Arc::new(batch))
         .await
         .expect("batch written")
 }
@@ -158,11 +158,11 @@ pub async fn claim_fences_stale_owner_and_offsets_are_durable(store: &dyn Store,
         .write_batch(
             &unit,
             old,
-            IngestBatch {
+            Arc::new(IngestBatch {
                 events: vec![event(&format!("{ns}-fence"), "x.created")],
                 quarantined: vec![],
                 next_offset: Some(11),
-            },
+            }),
         )
         .await;
     assert!(
@@ -232,7 +232,10 @@ pub async fn seq_has_no_gap_under_concurrent_writers(store: Arc<dyn Store>, ns: 
                     quarantined: vec![],
                     next_offset: Some((b * PER_BATCH) as i64),
                 };
-                store.write_batch(&unit, fence, batch).await.expect("write");
+                store
+                    .write_batch(&unit, fence, Arc::new(batch))
+                    .await
+                    .expect("write");
             }
             ids
         }));
@@ -267,7 +270,7 @@ pub async fn quarantine_is_listed_with_filters_and_pages(store: &dyn Store, ns: 
     };
     assert_eq!(
         store
-            .write_batch(&unit, fence, batch)
+            .write_batch(&unit, fence, Arc::new(batch))
             .await
             .expect("write")
             .quarantined,

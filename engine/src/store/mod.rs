@@ -11,6 +11,8 @@ pub mod cql;
 pub mod embedded;
 mod model;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 pub use model::*;
@@ -49,7 +51,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         unit: &UnitId,
         fence: Fence,
-        batch: IngestBatch,
+        batch: Arc<IngestBatch>,
     ) -> Result<BatchOutcome, StoreError>;
 
     /// The unit's durable next offset, if anything was ever written for it.

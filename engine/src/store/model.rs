@@ -77,6 +77,13 @@ impl InboxEvent {
     }
 }
 
+/// The encoding view of a `StoredEvent` (same layout), so a batch is encoded without copying.
+#[derive(Debug, Serialize)]
+pub struct StoredEventRef<'a> {
+    pub seq: u64,
+    pub event: &'a InboxEvent,
+}
+
 /// An inbox event with its per-tenant arrival sequence (R-IN-8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredEvent {
@@ -157,6 +164,12 @@ pub struct BatchOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fence {
     pub generation: u64,
+}
+
+impl Fence {
+    /// For units without offsets or owners (HTTP ingest): no generation check, no offset kept.
+    /// Dedup still makes concurrent writers safe.
+    pub const UNFENCED: Fence = Fence { generation: 0 };
 }
 
 /// Filters for the operator's quarantine and DLQ listings (`/admin/...`).

@@ -17,7 +17,7 @@ use redb::{Database, ReadableTable};
 use super::codec::{decode, encode};
 use super::{
     BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
-    Store, StoreError, StoredEvent, UnitId,
+    Store, StoreError, StoredEvent, StoredEventRef, UnitId,
 };
 use tables::*;
 
@@ -67,7 +67,7 @@ fn write_batch_txn(
     db: &Database,
     unit: &UnitId,
     fence: Fence,
-    batch: IngestBatch,
+    batch: &IngestBatch,
 ) -> Result<BatchOutcome, StoreError> {
     let txn = db.begin_write().map_err(unavailable)?;
     let mut outcome = BatchOutcome::default();
@@ -77,7 +77,7 @@ fn write_batch_txn(
             .get((unit.topic.as_str(), unit.partition))
             .map_err(unavailable)?
             .map_or((0, -1), |g| g.value());
-        if current != fence.generation {
+        if fence != Fence::UNFENCED && current != fence.generation {
             return Err(StoreError::Fenced {
                 topic: unit.topic.clone(),
                 partition: unit.partition,
@@ -88,14 +88,14 @@ fn write_batch_txn(
         let mut dedup = txn.open_table(DEDUP).map_err(unavailable)?;
         let mut seqs = txn.open_table(TENANT_SEQ).map_err(unavailable)?;
         let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
-        for event in batch.events {
+        for event in &batch.events {
             let id = event.id.as_u128();
             if dedup
                 .get((event.tenant.as_str(), id))
                 .map_err(unavailable)?
                 .is_some()
             {
-                outcome.duplicates.push((event.tenant, event.id));
+                outcome.duplicates.push((event.tenant.clone(), event.id));
                 continue;
             }
             let seq = seqs
@@ -108,14 +108,11 @@ fn write_batch_txn(
             dedup
                 .insert((event.tenant.as_str(), id), seq)
                 .map_err(unavailable)?;
-            let tenant = event.tenant.clone();
-            let row = encode(&StoredEvent { seq, event });
+            let row = encode(&StoredEventRef { seq, event });
             events
-                .insert((tenant.as_str(), seq), row.as_slice())
+                .insert((event.tenant.as_str(), seq), row.as_slice())
                 .map_err(unavailable)?;
-            outcome
-                .stored
-                .push((tenant, uuid::Uuid::from_u128(id), seq));
+            outcome.stored.push((event.tenant.clone(), event.id, seq));
         }
         let mut quarantine = txn.open_table(QUARANTINE).map_err(unavailable)?;
         let mut counters = txn.open_table(COUNTERS).map_err(unavailable)?;
@@ -133,7 +130,7 @@ fn write_batch_txn(
         counters
             .insert(QUARANTINE_NEXT, next_q)
             .map_err(unavailable)?;
-        if let Some(next) = batch.next_offset {
+        if let (Some(next), false) = (batch.next_offset, fence == Fence::UNFENCED) {
             units
                 .insert((unit.topic.as_str(), unit.partition), (current, next))
                 .map_err(unavailable)?;
@@ -177,10 +174,10 @@ impl Store for EmbeddedStore {
         &self,
         unit: &UnitId,
         fence: Fence,
-        batch: IngestBatch,
+        batch: Arc<IngestBatch>,
     ) -> Result<BatchOutcome, StoreError> {
         let unit = unit.clone();
-        self.blocking(move |db| write_batch_txn(db, &unit, fence, batch))
+        self.blocking(move |db| write_batch_txn(db, &unit, fence, &batch))
             .await
     }
 
@@ -366,7 +363,10 @@ mod tests {
                 quarantined: vec![],
                 next_offset: Some(7),
             };
-            store.write_batch(&unit, fence, batch).await.expect("write");
+            store
+                .write_batch(&unit, fence, Arc::new(batch))
+                .await
+                .expect("write");
         }
         let store = EmbeddedStore::open(&path).expect("reopen");
         assert_eq!(store.unit_offset(&unit).await.expect("offset"), Some(7));

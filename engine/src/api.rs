@@ -1,0 +1,196 @@
+//! The engine's HTTP surface: ingest, operator reads (`/admin/...`), metrics and health.
+//! `/admin` has no auth yet: the standalone hub binds to loopback by default (the control
+//! plane's Access Manager auth lands with the control process).
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::ingest::http::{ingest, HttpIngest};
+use crate::store::{
+    DlqObservation, ForensicsFilter, QuarantineRecord, RawHeader, Store, StoredEvent,
+};
+use crate::verdict::{VerdictCounters, VerdictSnapshot};
+
+/// Shared state of the HTTP surface.
+#[derive(Debug)]
+pub struct ApiState {
+    pub store: Arc<dyn Store>,
+    /// Every shard's counters plus HTTP ingest's, summed on scrape.
+    pub counters: Vec<Arc<VerdictCounters>>,
+}
+
+impl ApiState {
+    pub fn snapshot(&self) -> VerdictSnapshot {
+        let mut total = VerdictSnapshot::default();
+        for c in &self.counters {
+            total.add(&c.snapshot());
+        }
+        total
+    }
+}
+
+/// Builds the router; the largest request body is twice the value limit so an oversized value
+/// still reaches the verdict (and is quarantined with a prefix) instead of being cut off.
+pub fn router(api: Arc<ApiState>, http: Arc<HttpIngest>) -> Router {
+    let body_limit = http.limits.max_value_bytes.saturating_mul(2).max(64 * 1024);
+    let ingest_routes = Router::new()
+        .route("/ingest/{source}", post(ingest))
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .with_state(http);
+    Router::new()
+        .route("/admin/quarantine", get(list_quarantine))
+        .route("/admin/dlq", get(list_dlq))
+        .route("/admin/events", get(list_events))
+        .route("/metrics", get(metrics))
+        .route("/health", get(|| async { "ok" }))
+        .route("/ready", get(|| async { "ready" }))
+        .with_state(api)
+        .merge(ingest_routes)
+}
+
+async fn metrics(State(api): State<Arc<ApiState>>) -> String {
+    crate::telemetry::render_ingest(&api.snapshot())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForensicsQuery {
+    source: Option<String>,
+    tenant: Option<String>,
+    /// Quarantine reason code or DLQ error class.
+    #[serde(alias = "reason", alias = "error_class")]
+    class: Option<String>,
+    since_ms: Option<i64>,
+    until_ms: Option<i64>,
+    cursor: Option<u64>,
+    limit: Option<usize>,
+}
+
+impl ForensicsQuery {
+    fn split(self) -> (ForensicsFilter, u64, usize) {
+        let filter = ForensicsFilter {
+            source: self.source,
+            tenant: self.tenant,
+            class: self.class,
+            since_ms: self.since_ms,
+            until_ms: self.until_ms,
+        };
+        (
+            filter,
+            self.cursor.unwrap_or(0),
+            self.limit.unwrap_or(100).clamp(1, 1000),
+        )
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct HeaderOut {
+    key: String,
+    value: Option<String>,
+}
+
+fn headers_out(h: &[RawHeader]) -> Vec<HeaderOut> {
+    h.iter()
+        .map(|h| HeaderOut {
+            key: h.key.clone(),
+            value: h
+                .value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+        })
+        .collect()
+}
+
+fn unavailable(e: impl std::fmt::Display) -> (StatusCode, Json<serde_json::Value>) {
+    tracing::error!(error = %e, "store read failed");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({"code": "store_unavailable", "message": "store unavailable"})),
+    )
+}
+
+type Answer = Result<Json<serde_json::Value>, (StatusCode, Json<serde_json::Value>)>;
+
+async fn list_quarantine(
+    State(api): State<Arc<ApiState>>,
+    Query(q): Query<ForensicsQuery>,
+) -> Answer {
+    let (filter, cursor, limit) = q.split();
+    let page = api
+        .store
+        .list_quarantine(&filter, cursor, limit)
+        .await
+        .map_err(unavailable)?;
+    let items: Vec<_> = page.items.iter().map(quarantine_json).collect();
+    Ok(Json(
+        json!({"items": items, "next_cursor": page.next_cursor}),
+    ))
+}
+
+fn quarantine_json(r: &QuarantineRecord) -> serde_json::Value {
+    json!({
+        "topic": r.topic, "partition": r.partition, "offset": r.offset,
+        "reason": r.reason, "detail": r.detail, "tenant": r.tenant,
+        "headers": headers_out(&r.headers),
+        "value_prefix": String::from_utf8_lossy(&r.value_prefix), "value_len": r.value_len,
+        "received_at_ms": r.received_at_ms,
+    })
+}
+
+async fn list_dlq(State(api): State<Arc<ApiState>>, Query(q): Query<ForensicsQuery>) -> Answer {
+    let (filter, cursor, limit) = q.split();
+    let page = api
+        .store
+        .list_dlq(&filter, cursor, limit)
+        .await
+        .map_err(unavailable)?;
+    let items: Vec<_> = page.items.iter().map(dlq_json).collect();
+    Ok(Json(
+        json!({"items": items, "next_cursor": page.next_cursor}),
+    ))
+}
+
+fn dlq_json(o: &DlqObservation) -> serde_json::Value {
+    json!({
+        "topic": o.topic, "partition": o.partition, "offset": o.offset, "source": o.source,
+        "tenant": o.tenant, "error_class": o.error_class, "headers": headers_out(&o.headers),
+        "value_prefix": String::from_utf8_lossy(&o.value_prefix), "value_len": o.value_len,
+        "observed_at_ms": o.observed_at_ms,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    tenant: String,
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// Operator read of a tenant's inbox in `seq` order (the tenant pull API is R-CP-14).
+async fn list_events(State(api): State<Arc<ApiState>>, Query(q): Query<EventsQuery>) -> Answer {
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let events = api
+        .store
+        .read_events(&q.tenant, q.after.unwrap_or(0), limit)
+        .await
+        .map_err(unavailable)?;
+    let next = events.last().map(|e| e.seq);
+    let items: Vec<_> = events.iter().map(event_json).collect();
+    Ok(Json(json!({"items": items, "next_after": next})))
+}
+
+fn event_json(e: &StoredEvent) -> serde_json::Value {
+    let ev = &e.event;
+    json!({
+        "seq": e.seq, "id": ev.id, "tenant": ev.tenant, "source": ev.source, "type": ev.ce_type,
+        "key": ev.key, "schema_version": ev.schema_version, "time": ev.time, "subject": ev.subject,
+        "data": String::from_utf8_lossy(&ev.payload), "received_at_ms": ev.received_at_ms,
+    })
+}

@@ -1,0 +1,24 @@
+//! `streaming-hub`: the standalone hub (engine on the embedded store, HTTP ingest, Kafka when
+//! `STREAMING_HUB_KAFKA_BROKERS` is set). Usage: `streaming-hub [--config <file.toml>]`.
+
+use hub_engine::config::HubConfig;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STREAMING_HUB_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let file = match args.as_slice() {
+        [] => None,
+        [flag, path] if flag == "--config" => Some(std::path::PathBuf::from(path)),
+        _ => anyhow::bail!("usage: streaming-hub [--config <file.toml>]"),
+    };
+    let config = HubConfig::load(file.as_deref())?;
+    hub_engine::hub::run_standalone(config)
+}

@@ -1,0 +1,216 @@
+//! Wires the standalone hub in data-flow order: store → HTTP ingest and operator API → Kafka
+//! consumer → shards (verdict, durable unit, offset report) → offset commit; plus the DLQ
+//! observer. This is the one place the stages and their bounded queues are connected.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::api::{router, ApiState};
+use crate::config::HubConfig;
+use crate::ingest::http::HttpIngest;
+use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
+use crate::ingest::shard::ShardIngest;
+use crate::ingest::{dlq, RecordIn};
+use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
+use crate::store::embedded::EmbeddedStore;
+use crate::store::Store;
+use crate::verdict::{VerdictCounters, VerdictLimits};
+
+/// Runs the standalone hub on the embedded store until SIGINT or SIGTERM.
+pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
+    let tokio = build_tokio_runtime(2)?;
+    let path = config.data_dir.join("hub.redb");
+    let store: Arc<dyn Store> = Arc::new(
+        EmbeddedStore::open(&path).with_context(|| format!("opening {}", path.display()))?,
+    );
+    tracing::info!(path = %path.display(), "embedded store open");
+    let limits = VerdictLimits {
+        max_value_bytes: config.max_value_bytes,
+        max_header_bytes: config.max_header_bytes,
+    };
+    let shards = if config.shards == 0 {
+        ShardConfig::default().shards
+    } else {
+        config.shards
+    };
+    let shard_counters: Vec<Arc<VerdictCounters>> = (0..shards).map(|_| Arc::default()).collect();
+    let http_counters: Arc<VerdictCounters> = Arc::default();
+
+    let mut all_counters = shard_counters.clone();
+    all_counters.push(http_counters.clone());
+    let api = Arc::new(ApiState {
+        store: store.clone(),
+        counters: all_counters,
+    });
+    let http = Arc::new(HttpIngest {
+        store: store.clone(),
+        counters: http_counters,
+        limits,
+    });
+    let listener = tokio
+        .block_on(tokio::net::TcpListener::bind(config.http_addr))
+        .with_context(|| format!("binding {}", config.http_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "http ingest and admin listening");
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let stop = stop.clone();
+        tokio.spawn(async move {
+            let app = router(api, http);
+            let shutdown = async move {
+                while !stop.load(Ordering::Acquire) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        })
+    };
+
+    let kafka = match &config.kafka_brokers {
+        Some(brokers) => {
+            let settings = KafkaSettings {
+                brokers: brokers.clone(),
+                group_id: config.kafka_group.clone(),
+                metadata_refresh_ms: config.kafka_metadata_refresh_ms,
+            };
+            let bridge = TokioBridge::new(tokio.handle().clone());
+            Some(start_kafka(
+                &config,
+                settings,
+                store.clone(),
+                bridge,
+                shard_counters,
+                limits,
+                shards,
+                stop.clone(),
+            )?)
+        }
+        None => None,
+    };
+
+    tokio.block_on(wait_for_signal());
+    tracing::info!("stopping: draining in-flight batches");
+    stop.store(true, Ordering::Release);
+    if let Some(threads) = kafka {
+        for t in threads {
+            if t.join().is_err() {
+                tracing::error!("an ingest thread panicked");
+            }
+        }
+    }
+    if let Ok(Err(e)) = tokio.block_on(server) {
+        tracing::error!(error = %e, "http server error");
+    }
+    Ok(())
+}
+
+/// Starts the ingest consumer thread, the shards, and the DLQ observer; returns their threads.
+#[allow(clippy::too_many_arguments)]
+fn start_kafka(
+    config: &HubConfig,
+    settings: KafkaSettings,
+    store: Arc<dyn Store>,
+    bridge: TokioBridge,
+    counters: Vec<Arc<VerdictCounters>>,
+    limits: VerdictLimits,
+    shards: usize,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+    let (commit_tx, commit_rx) = mpsc::channel();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards)
+        .map(|_| async_channel::bounded::<RecordIn>(config.shard_queue))
+        .unzip();
+    let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
+    let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
+    let shards_done = Arc::new(AtomicBool::new(false));
+
+    let shard_thread = {
+        let (store, bridge, shards_done) = (store.clone(), bridge.clone(), shards_done.clone());
+        let max_batch = config.max_batch;
+        std::thread::Builder::new()
+            .name("hub-shards".into())
+            .spawn(move || {
+                let receivers = Arc::new(std::sync::Mutex::new(
+                    receivers.into_iter().map(Some).collect::<Vec<_>>(),
+                ));
+                let result = spawn_shards(
+                    &ShardConfig {
+                        shards,
+                        ..ShardConfig::default()
+                    },
+                    move |id| {
+                        let rx = receivers.lock().ok().and_then(|mut r| r[id.0].take());
+                        let ingest = ShardIngest {
+                            store: store.clone(),
+                            bridge: bridge.clone(),
+                            counters: counters[id.0].clone(),
+                            limits,
+                            max_batch,
+                            commits: commit_tx.clone(),
+                        };
+                        async move {
+                            if let Some(rx) = rx {
+                                ingest.run(rx).await;
+                            }
+                        }
+                    },
+                );
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "shards failed");
+                }
+                shards_done.store(true, Ordering::Release);
+            })?
+    };
+    let consumer_thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("hub-kafka".into())
+            .spawn(move || {
+                if let Err(e) =
+                    run_ingest_consumer(ingest_consumer, senders, commit_rx, stop, shards_done)
+                {
+                    tracing::error!(error = %e, "kafka ingest consumer failed");
+                }
+            })?
+    };
+    let dlq_thread = {
+        let handle = bridge_handle(&bridge);
+        std::thread::Builder::new()
+            .name("hub-dlq".into())
+            .spawn(move || {
+                if let Err(e) = dlq::run_dlq_consumer(dlq_consumer, store, handle, stop) {
+                    tracing::error!(error = %e, "dlq observer failed");
+                }
+            })?
+    };
+    Ok(vec![consumer_thread, shard_thread, dlq_thread])
+}
+
+fn bridge_handle(bridge: &TokioBridge) -> tokio::runtime::Handle {
+    bridge.handle().clone()
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

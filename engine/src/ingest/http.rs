@@ -1,0 +1,92 @@
+//! HTTP ingest (R-IN-10): `POST /ingest/<source>` in the CloudEvents HTTP binary binding, through
+//! the same verdict, dedup and sequencing as Kafka records. Answers: 202 accepted, 200 duplicate,
+//! 202 dropped, 400 with the quarantine reason.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde_json::json;
+
+use super::{judge_into, Judged, RecordIn};
+use crate::store::{Fence, IngestBatch, Store, UnitId};
+use crate::verdict::{VerdictCounters, VerdictLimits};
+
+/// What the ingest route needs.
+#[derive(Debug, Clone)]
+pub struct HttpIngest {
+    pub store: Arc<dyn Store>,
+    pub counters: Arc<VerdictCounters>,
+    pub limits: VerdictLimits,
+}
+
+/// `POST /ingest/{source}`.
+pub async fn ingest(
+    State(state): State<Arc<HttpIngest>>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Json<serde_json::Value>) {
+    let record = RecordIn {
+        topic: format!("http:{source}"),
+        partition: 0,
+        offset: -1,
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), Some(v.as_bytes().to_vec())))
+            .collect(),
+        value: body.to_vec(),
+    };
+    let mut batch = IngestBatch::default();
+    let judged = judge_into(
+        &mut batch,
+        &record,
+        &source,
+        &state.limits,
+        &state.counters,
+        crate::clock::now_ms(),
+    );
+    let unit = UnitId::new(record.topic.clone(), 0);
+    let outcome = match state
+        .store
+        .write_batch(&unit, Fence::UNFENCED, Arc::new(batch))
+        .await
+    {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(error = %e, "http ingest: store write failed");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(
+                    json!({"code": "store_unavailable", "message": "the event was not stored; retry"}),
+                ),
+            );
+        }
+    };
+    match judged {
+        Judged::Accepted { tenant, id } => {
+            if let Some((_, _, seq)) = outcome.stored.first() {
+                (
+                    StatusCode::ACCEPTED,
+                    Json(json!({"verdict": "accepted", "tenant": tenant, "id": id, "seq": seq})),
+                )
+            } else {
+                state.counters.count_duplicates(1);
+                (
+                    StatusCode::OK,
+                    Json(json!({"verdict": "duplicate", "tenant": tenant, "id": id})),
+                )
+            }
+        }
+        Judged::Dropped => (
+            StatusCode::ACCEPTED,
+            Json(json!({"verdict": "dropped", "reason": "system_event"})),
+        ),
+        Judged::Quarantined { reason, detail } => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"code": "quarantined", "reason": reason, "message": detail})),
+        ),
+    }
+}

@@ -1,0 +1,227 @@
+//! The Kafka side of ingest: one consumer-group member per engine, polled on its own thread
+//! (never on a shard), with the regex subscription of R-IN-1 so a new producer's topic is picked
+//! up without a restart.
+//!
+//! The poll thread routes each record to the shard that owns its partition over a bounded
+//! channel. When a shard's channel is full, the partition is paused (librdkafka stops fetching it
+//! and resumes from the last record handed over), so memory stays bounded: back-pressure pauses
+//! fetching instead of growing queues. Shards send offsets back once their batch is durable; only
+//! then are they committed (R-IN-7).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::router::shard_for;
+use super::RecordIn;
+
+/// The topics the hub ingests (R-IN-1). librdkafka treats a leading `^` as a regex.
+pub const INGEST_TOPICS: &str = r"^lerian\.streaming\.[a-z0-9][a-z0-9_-]*$";
+/// Producer dead-letter topics, observed only (R-IN-9).
+pub const DLQ_TOPICS: &str = r"^lerian\.streaming\.[a-z0-9][a-z0-9_-]*\.dlq$";
+
+/// Kafka connection settings shared by the ingest and DLQ consumers.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub group_id: String,
+    /// How often librdkafka refreshes metadata, so new matching topics join the subscription.
+    pub metadata_refresh_ms: u32,
+}
+
+/// A durable position a shard reports back: everything before `next_offset` is stored.
+#[derive(Debug, Clone)]
+pub struct Commit {
+    pub topic: String,
+    pub partition: i32,
+    pub next_offset: i64,
+}
+
+/// Builds a consumer with the hub's settings: manual commits, earliest reset, cooperative
+/// rebalancing so a new member does not stop every partition.
+pub fn consumer(
+    settings: &KafkaSettings,
+    group_suffix: &str,
+) -> rdkafka::error::KafkaResult<BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", &settings.brokers)
+        .set("group.id", format!("{}{group_suffix}", settings.group_id))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set(
+            "topic.metadata.refresh.interval.ms",
+            settings.metadata_refresh_ms.to_string(),
+        )
+        .set("queued.max.messages.kbytes", "65536")
+        .create()
+}
+
+/// Copies a message out of librdkafka's buffers.
+pub fn record_from<M: Message>(m: &M) -> RecordIn {
+    let headers = m
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default();
+    RecordIn {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        headers,
+        value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+    }
+}
+
+/// The poll loop of the ingest consumer. Runs until `stop` is set, then commits what shards
+/// reported durable.
+pub fn run_ingest_consumer(
+    consumer: BaseConsumer,
+    shards: Vec<async_channel::Sender<RecordIn>>,
+    commits: mpsc::Receiver<Commit>,
+    stop: Arc<AtomicBool>,
+    shards_done: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    consumer.subscribe(&[INGEST_TOPICS])?;
+    let mut router = Router {
+        consumer: &consumer,
+        shards,
+        waiting: HashMap::new(),
+    };
+    let mut last_sweep = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        commit_reported(&consumer, &commits, CommitMode::Async);
+        router.retry_waiting();
+        let timeout = if router.waiting.is_empty() { 100 } else { 5 };
+        match consumer.poll(Duration::from_millis(timeout)) {
+            Some(Ok(m)) => router.route(record_from(&m)),
+            Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
+            None => {}
+        }
+        if last_sweep.elapsed() > Duration::from_secs(1) {
+            router.forget_unassigned();
+            last_sweep = Instant::now();
+        }
+    }
+    // Graceful stop: closing the shard channels lets each shard finish its queued records; their
+    // positions are committed as they become durable, the last ones synchronously.
+    drop(router);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !shards_done.load(Ordering::Acquire) && Instant::now() < deadline {
+        commit_reported(&consumer, &commits, CommitMode::Async);
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+    commit_reported(&consumer, &commits, CommitMode::Sync);
+    Ok(())
+}
+
+/// Commits every reported position (the highest per partition).
+fn commit_reported(consumer: &BaseConsumer, commits: &mpsc::Receiver<Commit>, mode: CommitMode) {
+    let mut highest: HashMap<(String, i32), i64> = HashMap::new();
+    while let Ok(c) = commits.try_recv() {
+        let e = highest
+            .entry((c.topic, c.partition))
+            .or_insert(c.next_offset);
+        *e = (*e).max(c.next_offset);
+    }
+    if highest.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), next) in &highest {
+        if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
+            tracing::warn!(error = %e, topic, partition, "bad commit position");
+        }
+    }
+    if let Err(e) = consumer.commit(&tpl, mode) {
+        // Not fatal: the partition may have moved to another member; the new owner replays
+        // from the last commit and dedup absorbs the replay.
+        tracing::warn!(error = %e, "offset commit failed");
+    }
+}
+
+/// Hands records to their owning shard, pausing partitions whose shard is full.
+struct Router<'c> {
+    consumer: &'c BaseConsumer,
+    shards: Vec<async_channel::Sender<RecordIn>>,
+    /// Records of paused partitions, in offset order, waiting for room in their shard.
+    waiting: HashMap<(String, i32), VecDeque<RecordIn>>,
+}
+
+impl Router<'_> {
+    fn route(&mut self, record: RecordIn) {
+        let key = (record.topic.clone(), record.partition);
+        if let Some(queue) = self.waiting.get_mut(&key) {
+            queue.push_back(record);
+            return;
+        }
+        let shard = shard_for(&record.topic, record.partition, self.shards.len());
+        if let Err(async_channel::TrySendError::Full(record)) = self.shards[shard].try_send(record)
+        {
+            self.pause(&key, true);
+            self.waiting.insert(key, VecDeque::from([record]));
+        }
+    }
+
+    fn retry_waiting(&mut self) {
+        let mut drained = Vec::new();
+        for (key, queue) in &mut self.waiting {
+            let shard = shard_for(&key.0, key.1, self.shards.len());
+            while let Some(record) = queue.pop_front() {
+                if let Err(async_channel::TrySendError::Full(record)) =
+                    self.shards[shard].try_send(record)
+                {
+                    queue.push_front(record);
+                    break;
+                }
+            }
+            if queue.is_empty() {
+                drained.push(key.clone());
+            }
+        }
+        for key in drained {
+            self.waiting.remove(&key);
+            self.pause(&key, false);
+        }
+    }
+
+    /// Drops waiting records of partitions this member no longer owns: their new owner
+    /// replays them from the last commit.
+    fn forget_unassigned(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let Ok(assigned) = self.consumer.assignment() else {
+            return;
+        };
+        let owned: std::collections::HashSet<(String, i32)> = assigned
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        self.waiting.retain(|key, _| owned.contains(key));
+    }
+
+    fn pause(&self, key: &(String, i32), pause: bool) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&key.0, key.1);
+        let result = if pause {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, topic = key.0, partition = key.1, pause, "pause/resume failed");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Ingest: records from Kafka (`kafka`, routed to shards by `router`, persisted by `shard`) or
+//! from HTTP (`http`) go through the same `judge_into` step and the same `Store::write_batch`.
+//! Producer dead-letter topics are observed by `dlq`, never delivered.
+
+pub mod dlq;
+pub mod http;
+pub mod kafka;
+pub mod router;
+pub mod shard;
+
+use crate::store::{
+    InboxEvent, IngestBatch, QuarantineRecord, RawHeader, HEADER_VALUE_PREFIX,
+    QUARANTINE_VALUE_PREFIX,
+};
+use crate::verdict::{judge, Attr, CeHeaders, Verdict, VerdictCounters, VerdictLimits};
+
+/// A record copied out of the Kafka client (or built from an HTTP request).
+#[derive(Debug, Clone)]
+pub struct RecordIn {
+    pub topic: String,
+    pub partition: i32,
+    /// -1 for HTTP ingest.
+    pub offset: i64,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub value: Vec<u8>,
+}
+
+impl RecordIn {
+    fn header_iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+    }
+}
+
+/// What became of one record, for callers that answer per record (HTTP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    /// Added to the batch's events (dedup decides later whether it is new).
+    Accepted {
+        tenant: String,
+        id: uuid::Uuid,
+    },
+    Dropped,
+    Quarantined {
+        reason: &'static str,
+        detail: String,
+    },
+}
+
+/// Judges `record`, counts the verdict, and adds what must be stored to `batch`.
+pub fn judge_into(
+    batch: &mut IngestBatch,
+    record: &RecordIn,
+    topic_source: &str,
+    limits: &VerdictLimits,
+    counters: &VerdictCounters,
+    now_ms: i64,
+) -> Judged {
+    let verdict = judge(
+        topic_source,
+        record.header_iter(),
+        record.value.len(),
+        limits,
+    );
+    counters.count(&verdict);
+    match verdict {
+        Verdict::Accept(ev) => {
+            let judged = Judged::Accepted {
+                tenant: ev.tenant.to_owned(),
+                id: ev.id,
+            };
+            batch.events.push(InboxEvent::from_verdict(
+                &ev,
+                &record.value,
+                now_ms,
+                record.offset,
+            ));
+            judged
+        }
+        Verdict::Drop(_) => Judged::Dropped,
+        Verdict::Quarantine(reason) => {
+            batch.quarantined.push(quarantine_record(
+                record,
+                reason.code(),
+                reason.describe(),
+                now_ms,
+            ));
+            Judged::Quarantined {
+                reason: reason.code(),
+                detail: reason.describe(),
+            }
+        }
+    }
+}
+
+/// A bounded copy of a malformed record: headers capped per value, a prefix of the value.
+pub fn quarantine_record(
+    record: &RecordIn,
+    reason: &str,
+    detail: String,
+    now_ms: i64,
+) -> QuarantineRecord {
+    let tenant = CeHeaders::collect(record.header_iter())
+        .get(Attr::TenantId)
+        .and_then(|t| std::str::from_utf8(&t[..t.len().min(HEADER_VALUE_PREFIX)]).ok())
+        .map(str::to_owned);
+    QuarantineRecord {
+        topic: record.topic.clone(),
+        partition: record.partition,
+        offset: record.offset,
+        reason: reason.to_owned(),
+        detail,
+        tenant,
+        headers: bounded_headers(&record.headers),
+        value_prefix: record.value[..record.value.len().min(QUARANTINE_VALUE_PREFIX)].to_vec(),
+        value_len: record.value.len() as u64,
+        received_at_ms: now_ms,
+    }
+}
+
+/// Headers never kept: credentials a careless HTTP client may send along.
+const SECRET_HEADERS: [&str; 4] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+];
+
+/// Headers as kept for forensics: at most 64 of them, each value cut to a prefix, credentials
+/// left out.
+pub fn bounded_headers(headers: &[(String, Option<Vec<u8>>)]) -> Vec<RawHeader> {
+    headers
+        .iter()
+        .filter(|(k, _)| !SECRET_HEADERS.iter().any(|s| k.eq_ignore_ascii_case(s)))
+        .take(64)
+        .map(|(k, v)| RawHeader {
+            key: k.chars().take(256).collect(),
+            value: v
+                .as_ref()
+                .map(|v| v[..v.len().min(HEADER_VALUE_PREFIX)].to_vec()),
+        })
+        .collect()
+}

@@ -1,0 +1,160 @@
+//! The per-shard ingest stage: takes records of the partitions this shard owns, judges them, and
+//! persists each partition's records as one durable unit before reporting its offset.
+//!
+//! Only this shard writes its partitions' units; the store's fence refuses a stale owner after a
+//! rebalance moved a partition to another engine.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::kafka::Commit;
+use super::{judge_into, RecordIn};
+use crate::runtime::{shard_sleep, TokioBridge};
+use crate::store::{Fence, IngestBatch, Store, StoreError, UnitId};
+use crate::verdict::{topic_source, VerdictCounters, VerdictLimits};
+
+/// What a shard's ingest stage needs.
+#[derive(Debug, Clone)]
+pub struct ShardIngest {
+    pub store: Arc<dyn Store>,
+    pub bridge: TokioBridge,
+    pub counters: Arc<VerdictCounters>,
+    pub limits: VerdictLimits,
+    /// Most records persisted in one pass (over all of this shard's partitions).
+    pub max_batch: usize,
+    pub commits: mpsc::Sender<Commit>,
+}
+
+impl ShardIngest {
+    /// Runs until the record channel closes.
+    pub async fn run(self, records: async_channel::Receiver<RecordIn>) {
+        let mut fences: HashMap<UnitId, Fence> = HashMap::new();
+        while let Ok(first) = records.recv().await {
+            let mut pass = vec![first];
+            while pass.len() < self.max_batch {
+                match records.try_recv() {
+                    Ok(r) => pass.push(r),
+                    Err(_) => break,
+                }
+            }
+            let units = group_by_unit(pass);
+            let mut written = Vec::with_capacity(units.len());
+            for (unit, recs) in units {
+                let fence = fences.get(&unit).copied();
+                written.push(self.persist(unit, fence, recs));
+            }
+            for (unit, fence) in futures::future::join_all(written).await {
+                match fence {
+                    Some(f) => fences.insert(unit, f),
+                    None => fences.remove(&unit),
+                };
+            }
+        }
+    }
+
+    /// Persists one unit's records, retrying until durable; returns the fence to keep (or none
+    /// when another owner took the unit).
+    async fn persist(
+        &self,
+        unit: UnitId,
+        mut fence: Option<Fence>,
+        recs: Vec<RecordIn>,
+    ) -> (UnitId, Option<Fence>) {
+        let now = crate::clock::now_ms();
+        let source = topic_source(&unit.topic).unwrap_or("");
+        let mut batch = IngestBatch::default();
+        for r in &recs {
+            judge_into(&mut batch, r, source, &self.limits, &self.counters, now);
+        }
+        batch.next_offset = recs.iter().map(|r| r.offset + 1).max();
+        let batch = Arc::new(batch);
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let f = match fence {
+                Some(f) => f,
+                None => match self
+                    .call(|s, u| async move { s.claim_unit(&u).await }, &unit)
+                    .await
+                {
+                    Ok((f, _)) => {
+                        fence = Some(f);
+                        f
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "claim failed; retrying");
+                        shard_sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                },
+            };
+            let b = batch.clone();
+            match self
+                .call(
+                    move |s, u| async move { s.write_batch(&u, f, b).await },
+                    &unit,
+                )
+                .await
+            {
+                Ok(outcome) => {
+                    self.counters
+                        .count_duplicates(outcome.duplicates.len() as u64);
+                    if let Some(next) = batch.next_offset {
+                        // The receiver lives as long as the consumer thread; if it is gone the
+                        // engine is stopping and the position is simply replayed next time.
+                        let _ = self.commits.send(Commit {
+                            topic: unit.topic.clone(),
+                            partition: unit.partition,
+                            next_offset: next,
+                        });
+                    }
+                    return (unit, fence);
+                }
+                Err(StoreError::Fenced { .. }) => {
+                    tracing::info!(
+                        topic = unit.topic,
+                        partition = unit.partition,
+                        "unit owned by a newer generation; dropping batch"
+                    );
+                    return (unit, None);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "batch not durable; retrying");
+                    shard_sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Runs a store call on the tokio side and awaits it from the shard.
+    async fn call<T, F, Fut>(&self, f: F, unit: &UnitId) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<dyn Store>, UnitId) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let fut = f(self.store.clone(), unit.clone());
+        self.bridge
+            .call(fut)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+    }
+}
+
+/// Splits a pass into per-unit record lists, keeping each unit's record order.
+fn group_by_unit(pass: Vec<RecordIn>) -> Vec<(UnitId, Vec<RecordIn>)> {
+    let mut units: Vec<(UnitId, Vec<RecordIn>)> = Vec::new();
+    for r in pass {
+        match units
+            .iter_mut()
+            .find(|(u, _)| u.partition == r.partition && u.topic == r.topic)
+        {
+            Some((_, recs)) => recs.push(r),
+            None => units.push((UnitId::new(r.topic.clone(), r.partition), vec![r])),
+        }
+    }
+    units
+}
