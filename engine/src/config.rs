@@ -23,6 +23,9 @@ pub struct HubConfig {
     /// Metadata refresh, which bounds how fast a new topic is picked up.
     /// Env `STREAMING_HUB_KAFKA_METADATA_REFRESH_MS`. Default 10000.
     pub kafka_metadata_refresh_ms: u32,
+    /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
+    /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.
+    pub kafka_session_timeout_ms: u32,
     /// Engine shards; 0 = one per online CPU. Env `STREAMING_HUB_SHARDS`.
     pub shards: usize,
     /// Records per shard queue before the partition is paused. Env `STREAMING_HUB_SHARD_QUEUE`.
@@ -43,6 +46,7 @@ impl Default for HubConfig {
             kafka_brokers: None,
             kafka_group: "streaming-hub".into(),
             kafka_metadata_refresh_ms: 10_000,
+            kafka_session_timeout_ms: 45_000,
             shards: 0,
             shard_queue: 8192,
             max_batch: 2000,
@@ -127,6 +131,9 @@ impl HubConfig {
         if let Some((k, v)) = env("KAFKA_METADATA_REFRESH_MS") {
             self.kafka_metadata_refresh_ms = parse(&k, v)?;
         }
+        if let Some((k, v)) = env("KAFKA_SESSION_TIMEOUT_MS") {
+            self.kafka_session_timeout_ms = parse(&k, v)?;
+        }
         if let Some((k, v)) = env("SHARDS") {
             self.shards = parse(&k, v)?;
         }
@@ -184,7 +191,8 @@ mod tests {
 
     #[test]
     fn r_op_3_unknown_keys_in_the_file_are_rejected() {
-        let err = toml::from_str::<HubConfig>("shards = 2\nshardz = 3\n").expect_err("unknown key refused");
+        let err = toml::from_str::<HubConfig>("shards = 2\nshardz = 3\n")
+            .expect_err("unknown key refused");
         assert!(err.to_string().contains("shardz"), "{err}");
     }
 }

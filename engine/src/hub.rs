@@ -76,6 +76,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
                 brokers: brokers.clone(),
                 group_id: config.kafka_group.clone(),
                 metadata_refresh_ms: config.kafka_metadata_refresh_ms,
+                session_timeout_ms: config.kafka_session_timeout_ms,
             };
             let bridge = TokioBridge::new(tokio.handle().clone());
             Some(start_kafka(

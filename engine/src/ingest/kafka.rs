@@ -33,6 +33,7 @@ pub struct KafkaSettings {
     pub group_id: String,
     /// How often librdkafka refreshes metadata, so new matching topics join the subscription.
     pub metadata_refresh_ms: u32,
+    pub session_timeout_ms: u32,
 }
 
 /// A durable position a shard reports back: everything before `next_offset` is stored.
@@ -61,6 +62,10 @@ pub fn consumer(
             settings.metadata_refresh_ms.to_string(),
         )
         .set("queued.max.messages.kbytes", "65536")
+        .set(
+            "session.timeout.ms",
+            settings.session_timeout_ms.to_string(),
+        )
         .create()
 }
 

@@ -277,6 +277,18 @@ pub async fn quarantine_is_listed_with_filters_and_pages(store: &dyn Store, ns: 
         3
     );
 
+    // A replayed batch (crash before the offset commit) quarantines nothing twice.
+    let replay = IngestBatch {
+        events: vec![],
+        quarantined: records.clone(),
+        next_offset: Some(4),
+    };
+    let again = store
+        .write_batch(&unit, fence, Arc::new(replay))
+        .await
+        .expect("replay");
+    assert_eq!(again.quarantined, 0);
+
     let source = format!("{ns}q");
     let by_source = ForensicsFilter {
         source: Some(source.clone()),

@@ -45,7 +45,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError>;
 
     /// Persists one unit's batch: dedup on `(tenant, id)` (first write wins), a `seq` per new
-    /// event, the inbox rows, the quarantine rows and the unit's next offset. When it returns
+    /// event, the inbox rows, the quarantine rows (once per Kafka position) and the unit's next
+    /// offset. When it returns
     /// `Ok`, all of it is durable. Refused with `Fenced` when `fence` is stale.
     async fn write_batch(
         &self,

@@ -120,12 +120,22 @@ fn write_batch_txn(
             .get(QUARANTINE_NEXT)
             .map_err(unavailable)?
             .map_or(0, |g| g.value());
-        outcome.quarantined = batch.quarantined.len();
+        let mut seen = txn.open_table(QUARANTINE_SEEN).map_err(unavailable)?;
         for record in &batch.quarantined {
+            // A Kafka record replayed after a crash is quarantined once; HTTP records (offset -1)
+            // have no position to recognise them by.
+            let key = (record.topic.as_str(), record.partition, record.offset);
+            if record.offset >= 0 {
+                if seen.get(key).map_err(unavailable)?.is_some() {
+                    continue;
+                }
+                seen.insert(key, next_q).map_err(unavailable)?;
+            }
             quarantine
                 .insert(next_q, encode(record).as_slice())
                 .map_err(unavailable)?;
             next_q += 1;
+            outcome.quarantined += 1;
         }
         counters
             .insert(QUARANTINE_NEXT, next_q)

@@ -12,6 +12,9 @@ pub const TENANT_SEQ: TableDefinition<&str, u64> = TableDefinition::new("tenant_
 pub const UNITS: TableDefinition<(&str, i32), (u64, i64)> = TableDefinition::new("units");
 /// quarantine number → encoded `QuarantineRecord`.
 pub const QUARANTINE: TableDefinition<u64, &[u8]> = TableDefinition::new("quarantine");
+/// `(topic, partition, offset)` → quarantine number: a replayed Kafka record is kept once.
+pub const QUARANTINE_SEEN: TableDefinition<(&str, i32, i64), u64> =
+    TableDefinition::new("quarantine_seen");
 /// observation number → encoded `DlqObservation`.
 pub const DLQ: TableDefinition<u64, &[u8]> = TableDefinition::new("dlq");
 /// `(topic, partition, offset)` → observation number: makes DLQ recording idempotent.
@@ -29,6 +32,7 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<(), redb::TableError> {
     txn.open_table(TENANT_SEQ)?;
     txn.open_table(UNITS)?;
     txn.open_table(QUARANTINE)?;
+    txn.open_table(QUARANTINE_SEEN)?;
     txn.open_table(DLQ)?;
     txn.open_table(DLQ_SEEN)?;
     txn.open_table(COUNTERS)?;

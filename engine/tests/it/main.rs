@@ -1,0 +1,5 @@
+//! The engine's integration tests: the `streaming-hub` binary against real Kafka (started by
+//! `scripts/services up`), checked through its store file and Kafka's committed offsets.
+
+mod ingest_kafka;
+mod support;

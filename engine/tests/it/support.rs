@@ -1,0 +1,393 @@
+//! Test kit: start and kill the engine binary, produce a realistic mixed workload, and read back
+//! Kafka's committed offsets.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use uuid::Uuid;
+
+pub const KAFKA: &str = "127.0.0.1:9092";
+
+/// A running `streaming-hub` process.
+pub struct Engine {
+    pub child: Child,
+    pub http: String,
+}
+
+impl Engine {
+    pub fn start(data_dir: &std::path::Path, group: &str, port: u16) -> Engine {
+        let child = Command::new(env!("CARGO_BIN_EXE_streaming-hub"))
+            .env("STREAMING_HUB_DATA_DIR", data_dir)
+            .env("STREAMING_HUB_HTTP_ADDR", format!("127.0.0.1:{port}"))
+            .env("STREAMING_HUB_KAFKA_BROKERS", KAFKA)
+            .env("STREAMING_HUB_KAFKA_GROUP", group)
+            .env("STREAMING_HUB_KAFKA_METADATA_REFRESH_MS", "1000")
+            .env("STREAMING_HUB_MAX_VALUE_BYTES", "65536")
+            // The broker's minimum: a killed engine's partitions move on after 6 s, not 45.
+            .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000")
+            .env("STREAMING_HUB_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("engine binary starts");
+        Engine {
+            child,
+            http: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if reqwest::get(format!("{}/ready", self.http))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("engine did not become ready");
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill_9(mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("reaped");
+    }
+
+    /// SIGTERM, then wait for a graceful exit.
+    pub fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        let status = self.child.wait().expect("engine exits");
+        assert!(status.success(), "graceful stop exits 0: {status:?}");
+    }
+
+    pub async fn metrics(&self) -> HashMap<String, u64> {
+        let text = reqwest::get(format!("{}/metrics", self.http))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("body");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                l.rsplit_once(' ')
+                    .and_then(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+            })
+            .collect()
+    }
+}
+
+/// What the workload produced, for exact checks.
+#[derive(Debug, Default)]
+pub struct Produced {
+    /// Unique accepted events per tenant, in production order.
+    pub unique: BTreeMap<String, Vec<Uuid>>,
+    pub duplicates: u64,
+    pub system: u64,
+    /// (partition, offset) → expected quarantine reason.
+    pub malformed: BTreeMap<(i32, i64), &'static str>,
+    /// The tenant spread over every partition (its `seq` is arrival order, not production order).
+    pub salted_tenant: String,
+}
+
+/// A valid UUID of version 4: well formed, but not the UUIDv7 the hub requires.
+fn uuid_v4() -> Uuid {
+    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+}
+
+/// Produces `count` records to `topic` (8 partitions) over 20 tenants of namespace `ns`: 5 %
+/// re-sent duplicates, 2 % malformed (five kinds), 1 % system events.
+pub async fn produce_workload(
+    topic: &str,
+    source: &str,
+    ns: &str,
+    count: usize,
+    seed: u64,
+) -> Produced {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .create()
+        .expect("admin");
+    admin
+        .create_topics(
+            &[NewTopic::new(topic, 8, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("create topic");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .set("linger.ms", "5")
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tenants: Vec<String> = (0..20).map(|t| format!("{ns}-t{t}")).collect();
+    let mut produced = Produced {
+        salted_tenant: tenants[0].clone(),
+        ..Produced::default()
+    };
+    let mut sent_valid: Vec<(String, Vec<(String, Vec<u8>)>, Option<i32>)> = Vec::new();
+    let mut pending = Vec::with_capacity(count);
+    for i in 0..count {
+        let roll = rng.gen_range(0..100);
+        let tenant = tenants[rng.gen_range(0..tenants.len())].clone();
+        let salted = tenant == produced.salted_tenant;
+        let partition = salted.then(|| rng.gen_range(0..8));
+        let (key, headers, value, expect): (
+            String,
+            Vec<(String, Vec<u8>)>,
+            Vec<u8>,
+            Option<&'static str>,
+        ) = if roll < 5 && !sent_valid.is_empty() {
+            let (key, headers, p) = sent_valid[rng.gen_range(0..sent_valid.len())].clone();
+            produced.duplicates += 1;
+            pending.push(send(
+                &producer,
+                topic,
+                &key,
+                p,
+                &headers,
+                b"{\"dup\":true}".to_vec(),
+                None,
+            ));
+            continue;
+        } else if roll < 7 {
+            let kind = i % 5;
+            let mut h = valid_headers(source, &tenant);
+            let mut value = b"{}".to_vec();
+            let reason = match kind {
+                0 => {
+                    h.retain(|(k, _)| k != "ce-tenantid");
+                    "missing_tenant"
+                }
+                1 => {
+                    set(&mut h, "ce-id", uuid_v4().to_string().into_bytes());
+                    "id_not_uuidv7"
+                }
+                2 => {
+                    set(
+                        &mut h,
+                        "ce-type",
+                        b"studio.lerian.other.loan.approved".to_vec(),
+                    );
+                    "type_source_mismatch"
+                }
+                3 => {
+                    set(&mut h, "ce-tenantid", vec![0xff, 0xfe, 0x00]);
+                    "non_utf8_header"
+                }
+                _ => {
+                    value = vec![b'x'; 70_000];
+                    "oversized_value"
+                }
+            };
+            (tenant, h, value, Some(reason))
+        } else if roll < 8 {
+            produced.system += 1;
+            let mut h = valid_headers(source, &tenant);
+            h.retain(|(k, _)| k != "ce-tenantid");
+            h.push(("ce-systemevent".into(), b"true".to_vec()));
+            ("system:heartbeat".into(), h, b"{}".to_vec(), None)
+        } else {
+            let h = valid_headers(source, &tenant);
+            let id: Uuid = std::str::from_utf8(&h[1].1)
+                .expect("utf8")
+                .parse()
+                .expect("uuid");
+            produced.unique.entry(tenant.clone()).or_default().push(id);
+            sent_valid.push((tenant.clone(), h.clone(), partition));
+            (tenant, h, format!("{{\"n\":{i}}}").into_bytes(), None)
+        };
+        pending.push(send(
+            &producer, topic, &key, partition, &headers, value, expect,
+        ));
+        // Keep the in-flight set bounded.
+        if pending.len() >= 2000 {
+            drain(&mut pending, &mut produced).await;
+        }
+    }
+    drain(&mut pending, &mut produced).await;
+    produced
+}
+
+type Pending =
+    std::pin::Pin<Box<dyn std::future::Future<Output = ((i32, i64), Option<&'static str>)> + Send>>;
+
+fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &str,
+    partition: Option<i32>,
+    headers: &[(String, Vec<u8>)],
+    value: Vec<u8>,
+    expect: Option<&'static str>,
+) -> Pending {
+    let mut owned = OwnedHeaders::new();
+    for (k, v) in headers {
+        owned = owned.insert(Header {
+            key: k,
+            value: Some(v.as_slice()),
+        });
+    }
+    let (producer, topic, key) = (producer.clone(), topic.to_owned(), key.to_owned());
+    Box::pin(async move {
+        let mut record = FutureRecord::to(&topic)
+            .key(&key)
+            .payload(&value)
+            .headers(owned);
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        let delivery = producer
+            .send(record, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("delivered");
+        ((delivery.partition, delivery.offset), expect)
+    })
+}
+
+async fn drain(pending: &mut Vec<Pending>, produced: &mut Produced) {
+    for ((partition, offset), expect) in futures::future::join_all(pending.drain(..)).await {
+        if let Some(reason) = expect {
+            produced.malformed.insert((partition, offset), reason);
+        }
+    }
+}
+
+fn set(h: &mut [(String, Vec<u8>)], key: &str, value: Vec<u8>) {
+    for (k, v) in h.iter_mut() {
+        if k == key {
+            *v = value.clone();
+        }
+    }
+}
+
+/// Headers as the Lerian producer library writes them (SPEC appendix A); `ce-id` is second.
+pub fn valid_headers(source: &str, tenant: &str) -> Vec<(String, Vec<u8>)> {
+    [
+        ("ce-specversion", "1.0".to_owned()),
+        ("ce-id", Uuid::now_v7().to_string()),
+        ("ce-source", source.to_owned()),
+        (
+            "ce-type",
+            format!("studio.lerian.{source}.loan_application.approved"),
+        ),
+        ("ce-time", "2026-11-29T20:17:42.123456789Z".to_owned()),
+        ("ce-schemaversion", "1.0.0".to_owned()),
+        ("ce-resourcetype", "loan_application".to_owned()),
+        ("ce-eventtype", "approved".to_owned()),
+        ("ce-tenantid", tenant.to_owned()),
+        ("ce-datacontenttype", "application/json".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_bytes()))
+    .collect()
+}
+
+/// `group`'s committed offset and the high watermark of every partition of `topic`.
+pub fn offsets(topic: &str, group: &str) -> Vec<(i32, Option<i64>, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..8 {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    (0..8)
+        .map(|p| {
+            let c = committed
+                .find_partition(topic, p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(n) => Some(n),
+                    _ => None,
+                });
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .expect("watermarks");
+            (p, c, high)
+        })
+        .collect()
+}
+
+/// Waits until `group` has committed every partition of `topic` up to its high watermark.
+pub async fn wait_caught_up(topic: &str, group: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (t, g) = (topic.to_owned(), group.to_owned());
+        let state = tokio::task::spawn_blocking(move || offsets(&t, &g))
+            .await
+            .expect("offsets");
+        if state.iter().all(|(_, c, high)| *c == Some(*high)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "engine did not catch up in {limit:?}: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+pub async fn delete_topic(topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .create()
+        .expect("admin");
+    let _ = admin.delete_topics(&[topic], &AdminOptions::new()).await;
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The engine subscribes to every `lerian.streaming.*` topic, so tests that count what it ingests
+/// run one at a time on a broker holding no other ingest topic. Returns the guard to hold.
+pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let guard = LOCK.lock().await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .create()
+        .expect("admin");
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    let stale: Vec<String> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|n| n.starts_with("lerian.streaming."))
+        .collect();
+    if !stale.is_empty() {
+        let names: Vec<&str> = stale.iter().map(String::as_str).collect();
+        let _ = admin.delete_topics(&names, &AdminOptions::new()).await;
+    }
+    guard
+}
