@@ -91,6 +91,9 @@ impl Engine {
     }
 }
 
+/// Record headers as `(key, value)` pairs.
+type HeaderList = Vec<(String, Vec<u8>)>;
+
 /// What the workload produced, for exact checks.
 #[derive(Debug, Default)]
 pub struct Produced {
@@ -141,78 +144,74 @@ pub async fn produce_workload(
         salted_tenant: tenants[0].clone(),
         ..Produced::default()
     };
-    let mut sent_valid: Vec<(String, Vec<(String, Vec<u8>)>, Option<i32>)> = Vec::new();
+    let mut sent_valid: Vec<(String, HeaderList, Option<i32>)> = Vec::new();
     let mut pending = Vec::with_capacity(count);
     for i in 0..count {
         let roll = rng.gen_range(0..100);
         let tenant = tenants[rng.gen_range(0..tenants.len())].clone();
         let salted = tenant == produced.salted_tenant;
         let partition = salted.then(|| rng.gen_range(0..8));
-        let (key, headers, value, expect): (
-            String,
-            Vec<(String, Vec<u8>)>,
-            Vec<u8>,
-            Option<&'static str>,
-        ) = if roll < 5 && !sent_valid.is_empty() {
-            let (key, headers, p) = sent_valid[rng.gen_range(0..sent_valid.len())].clone();
-            produced.duplicates += 1;
-            pending.push(send(
-                &producer,
-                topic,
-                &key,
-                p,
-                &headers,
-                b"{\"dup\":true}".to_vec(),
-                None,
-            ));
-            continue;
-        } else if roll < 7 {
-            let kind = i % 5;
-            let mut h = valid_headers(source, &tenant);
-            let mut value = b"{}".to_vec();
-            let reason = match kind {
-                0 => {
-                    h.retain(|(k, _)| k != "ce-tenantid");
-                    "missing_tenant"
-                }
-                1 => {
-                    set(&mut h, "ce-id", uuid_v4().to_string().into_bytes());
-                    "id_not_uuidv7"
-                }
-                2 => {
-                    set(
-                        &mut h,
-                        "ce-type",
-                        b"studio.lerian.other.loan.approved".to_vec(),
-                    );
-                    "type_source_mismatch"
-                }
-                3 => {
-                    set(&mut h, "ce-tenantid", vec![0xff, 0xfe, 0x00]);
-                    "non_utf8_header"
-                }
-                _ => {
-                    value = vec![b'x'; 70_000];
-                    "oversized_value"
-                }
+        let (key, headers, value, expect): (String, HeaderList, Vec<u8>, Option<&'static str>) =
+            if roll < 5 && !sent_valid.is_empty() {
+                let (key, headers, p) = sent_valid[rng.gen_range(0..sent_valid.len())].clone();
+                produced.duplicates += 1;
+                pending.push(send(
+                    &producer,
+                    topic,
+                    &key,
+                    p,
+                    &headers,
+                    b"{\"dup\":true}".to_vec(),
+                    None,
+                ));
+                continue;
+            } else if roll < 7 {
+                let kind = i % 5;
+                let mut h = valid_headers(source, &tenant);
+                let mut value = b"{}".to_vec();
+                let reason = match kind {
+                    0 => {
+                        h.retain(|(k, _)| k != "ce-tenantid");
+                        "missing_tenant"
+                    }
+                    1 => {
+                        set(&mut h, "ce-id", uuid_v4().to_string().into_bytes());
+                        "id_not_uuidv7"
+                    }
+                    2 => {
+                        set(
+                            &mut h,
+                            "ce-type",
+                            b"studio.lerian.other.loan.approved".to_vec(),
+                        );
+                        "type_source_mismatch"
+                    }
+                    3 => {
+                        set(&mut h, "ce-tenantid", vec![0xff, 0xfe, 0x00]);
+                        "non_utf8_header"
+                    }
+                    _ => {
+                        value = vec![b'x'; 70_000];
+                        "oversized_value"
+                    }
+                };
+                (tenant, h, value, Some(reason))
+            } else if roll < 8 {
+                produced.system += 1;
+                let mut h = valid_headers(source, &tenant);
+                h.retain(|(k, _)| k != "ce-tenantid");
+                h.push(("ce-systemevent".into(), b"true".to_vec()));
+                ("system:heartbeat".into(), h, b"{}".to_vec(), None)
+            } else {
+                let h = valid_headers(source, &tenant);
+                let id: Uuid = std::str::from_utf8(&h[1].1)
+                    .expect("utf8")
+                    .parse()
+                    .expect("uuid");
+                produced.unique.entry(tenant.clone()).or_default().push(id);
+                sent_valid.push((tenant.clone(), h.clone(), partition));
+                (tenant, h, format!("{{\"n\":{i}}}").into_bytes(), None)
             };
-            (tenant, h, value, Some(reason))
-        } else if roll < 8 {
-            produced.system += 1;
-            let mut h = valid_headers(source, &tenant);
-            h.retain(|(k, _)| k != "ce-tenantid");
-            h.push(("ce-systemevent".into(), b"true".to_vec()));
-            ("system:heartbeat".into(), h, b"{}".to_vec(), None)
-        } else {
-            let h = valid_headers(source, &tenant);
-            let id: Uuid = std::str::from_utf8(&h[1].1)
-                .expect("utf8")
-                .parse()
-                .expect("uuid");
-            produced.unique.entry(tenant.clone()).or_default().push(id);
-            sent_valid.push((tenant.clone(), h.clone(), partition));
-            (tenant, h, format!("{{\"n\":{i}}}").into_bytes(), None)
-        };
         pending.push(send(
             &producer, topic, &key, partition, &headers, value, expect,
         ));
