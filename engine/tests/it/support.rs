@@ -300,33 +300,47 @@ pub fn valid_headers(source: &str, tenant: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 /// `group`'s committed offset and the high watermark of every partition of `topic`.
+///
+/// Retries transient broker answers: on a fresh broker the group coordinator (and its offsets
+/// topic) comes up lazily and first answers `NotCoordinator`.
+#[allow(clippy::disallowed_methods)] // a blocking test helper on its own thread, never a shard
 pub fn offsets(topic: &str, group: &str) -> Vec<(i32, Option<i64>, i64)> {
+    let mut last_error = None;
+    for _ in 0..40 {
+        match try_offsets(topic, group) {
+            Ok(state) => return state,
+            Err(e) => last_error = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("offsets of {topic} for {group}: {last_error:?}");
+}
+
+fn try_offsets(
+    topic: &str,
+    group: &str,
+) -> rdkafka::error::KafkaResult<Vec<(i32, Option<i64>, i64)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", KAFKA)
         .set("group.id", group)
-        .create()
-        .expect("consumer");
+        .create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..8 {
         tpl.add_partition(topic, p);
     }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
-    (0..8)
-        .map(|p| {
-            let c = committed
-                .find_partition(topic, p)
-                .and_then(|e| match e.offset() {
-                    Offset::Offset(n) => Some(n),
-                    _ => None,
-                });
-            let (_, high) = consumer
-                .fetch_watermarks(topic, p, Duration::from_secs(10))
-                .expect("watermarks");
-            (p, c, high)
-        })
-        .collect()
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+    let mut out = Vec::with_capacity(8);
+    for p in 0..8 {
+        let c = committed
+            .find_partition(topic, p)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(n) => Some(n),
+                _ => None,
+            });
+        let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        out.push((p, c, high));
+    }
+    Ok(out)
 }
 
 /// Waits until `group` has committed every partition of `topic` up to its high watermark.
