@@ -179,7 +179,7 @@ fn start_kafka(
             })?
     };
     let dlq_thread = {
-        let handle = bridge_handle(&bridge);
+        let handle = bridge.handle().clone();
         std::thread::Builder::new()
             .name("hub-dlq".into())
             .spawn(move || {
@@ -189,10 +189,6 @@ fn start_kafka(
             })?
     };
     Ok(vec![consumer_thread, shard_thread, dlq_thread])
-}
-
-fn bridge_handle(bridge: &TokioBridge) -> tokio::runtime::Handle {
-    bridge.handle().clone()
 }
 
 async fn wait_for_signal() {

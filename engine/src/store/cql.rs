@@ -1,1 +1,0 @@
-//! The ScyllaDB (CQL) store. See `schema/cql/`.
