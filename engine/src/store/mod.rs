@@ -1,5 +1,5 @@
 //! The `Store` contract (DESIGN invariant 4): one trait, two implementations — `embedded`
-//! (a single node, no external process) and, still to come, `cql` (ScyllaDB) — and one conformance suite run
+//! (a single node, no external process) and `cql` (ScyllaDB) — and one conformance suite run
 //! against both.
 //!
 //! Methods are `Send` futures run on tokio; shards reach them through `runtime::TokioBridge`.
@@ -7,6 +7,7 @@
 pub mod codec;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod cql;
 pub mod embedded;
 mod model;
 

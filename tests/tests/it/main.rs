@@ -5,3 +5,4 @@ mod smoke_cql;
 mod smoke_kafka;
 mod smoke_rabbitmq;
 mod smoke_runtime;
+mod store_cql;

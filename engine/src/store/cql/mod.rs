@@ -1,0 +1,339 @@
+//! The ScyllaDB store (CQL; Cassandra 5 stands in for tests). Same contract as the embedded store,
+//! kept without multi-partition transactions:
+//!
+//! - **Fence** (DESIGN invariant 2): `units.generation`, raised by a lightweight transaction on
+//!   each claim; a batch checks it first (serial read) and moves the unit's offset only
+//!   `IF generation = ours`.
+//! - **Dedup** (R-IN-6): `INSERT ... IF NOT EXISTS` per `(tenant, id)`. The claim records its
+//!   origin and the seq it intends to take, so a replay after a crash can tell its own unfinished
+//!   claim (finish it) from a real duplicate (drop it). See `claim.rs`.
+//! - **Seq** (R-IN-8): per tenant, a log in buckets whose static `head` moves in the same
+//!   conditional batch that writes the events: seqs appear all at once and in order, so a reader
+//!   never skips, whichever engine writes. See `log.rs`.
+//! - **Forensics**: quarantine and DLQ rows claimed once per Kafka position. See `forensics.rs`.
+//!
+//! The order of writes in a batch is claims → appends → forensics → unit offset, so the offset
+//! moves last and only after everything before it is durable (R-IN-7).
+
+mod claim;
+mod forensics;
+mod log;
+mod lwt;
+mod statements;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+
+use super::{
+    BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
+    Store, StoreError, StoredEvent, UnitId,
+};
+use lwt::LwtAnswer;
+use statements::Statements;
+
+/// How to reach the CQL cluster and how long things live.
+#[derive(Debug, Clone)]
+pub struct CqlSettings {
+    /// Contact points, `host:port`.
+    pub nodes: Vec<String>,
+    /// Created if missing. Letters, digits and `_` only.
+    pub keyspace: String,
+    /// The keyspace's replication map, used only when creating it. On ScyllaDB with tablets
+    /// (where lightweight transactions need a recent release), create the keyspace by hand.
+    pub replication: String,
+    /// Dedup window (R-IN-6), at least the retention.
+    pub dedup_ttl_s: u32,
+    /// Inbox retention.
+    pub retention_ttl_s: u32,
+    /// How long quarantine and DLQ records are kept.
+    pub forensics_ttl_s: u32,
+    /// Seqs per tenant-log partition.
+    pub bucket_size: u64,
+    /// Most event bytes in one conditional append (ScyllaDB warns above 128 KiB per batch).
+    pub append_bytes: usize,
+}
+
+impl Default for CqlSettings {
+    fn default() -> Self {
+        Self {
+            nodes: vec!["127.0.0.1:9042".into()],
+            keyspace: "streaming_hub".into(),
+            replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
+            dedup_ttl_s: 7 * 86_400,
+            retention_ttl_s: 7 * 86_400,
+            forensics_ttl_s: 30 * 86_400,
+            bucket_size: 16_384,
+            append_bytes: 96 * 1024,
+        }
+    }
+}
+
+/// The CQL store. Cheap to share behind an `Arc`.
+pub struct CqlStore {
+    session: Session,
+    st: Statements,
+    settings: CqlSettings,
+    /// Last known head per tenant: a guess that saves a read; a wrong guess costs one failed
+    /// condition, never correctness.
+    heads: Mutex<HashMap<String, u64>>,
+    /// Last forensics key handed out (keeps this process's keys strictly increasing).
+    last_qid: AtomicU64,
+}
+
+impl std::fmt::Debug for CqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqlStore")
+            .field("nodes", &self.settings.nodes)
+            .field("keyspace", &self.settings.keyspace)
+            .finish()
+    }
+}
+
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// CQL has no unsigned integers; seqs, generations and keys stay far below `i64::MAX`.
+pub(crate) fn as_i64(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(unavailable)
+}
+
+const SCHEMA: &str = include_str!("../../../../schema/cql/ingest.cql");
+
+/// The schema file's statements: comment lines dropped first (they may hold `;`), then split.
+fn schema_statements() -> Vec<String> {
+    let code: String = SCHEMA
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    code.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+impl CqlStore {
+    /// Connects, creates the keyspace and tables if missing, prepares every statement.
+    pub async fn connect(settings: CqlSettings) -> Result<Self, StoreError> {
+        let ks = &settings.keyspace;
+        if ks.is_empty() || !ks.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(StoreError::Unavailable(format!(
+                "invalid keyspace name {ks:?}"
+            )));
+        }
+        let session = SessionBuilder::new()
+            .known_nodes(&settings.nodes)
+            .build()
+            .await
+            .map_err(|e| unavailable(format!("connecting to {:?}: {e}", settings.nodes)))?;
+        let create = format!(
+            "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {}",
+            settings.replication
+        );
+        session
+            .query_unpaged(create, ())
+            .await
+            .map_err(unavailable)?;
+        session.use_keyspace(ks, false).await.map_err(unavailable)?;
+        for stmt in schema_statements() {
+            session
+                .query_unpaged(stmt.as_str(), ())
+                .await
+                .map_err(|e| unavailable(format!("applying schema: {e}: {stmt}")))?;
+        }
+        session
+            .await_schema_agreement()
+            .await
+            .map_err(unavailable)?;
+        let st = Statements::prepare_all(&session).await?;
+        Ok(Self {
+            session,
+            st,
+            settings,
+            heads: Mutex::new(HashMap::new()),
+            last_qid: AtomicU64::new(0),
+        })
+    }
+
+    /// The unit's `(generation, next_offset)`, settling any claim in flight.
+    async fn read_unit(&self, unit: &UnitId) -> Result<Option<(i64, Option<i64>)>, StoreError> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.st.unit_read, (&unit.topic, unit.partition))
+            .await
+            .map_err(unavailable)?
+            .into_rows_result()
+            .map_err(unavailable)?;
+        let row: Option<(Option<i64>, Option<i64>)> =
+            rows.maybe_first_row().map_err(unavailable)?;
+        Ok(row.map(|(g, next)| (g.unwrap_or(0), next)))
+    }
+
+    fn fenced(unit: &UnitId, fence: Fence, current: i64) -> StoreError {
+        StoreError::Fenced {
+            topic: unit.topic.clone(),
+            partition: unit.partition,
+            ours: fence.generation,
+            current: u64::try_from(current).unwrap_or(0),
+        }
+    }
+
+    async fn check_fence(&self, unit: &UnitId, fence: Fence) -> Result<(), StoreError> {
+        let current = self.read_unit(unit).await?.map_or(0, |(g, _)| g);
+        if u64::try_from(current).ok() != Some(fence.generation) {
+            return Err(Self::fenced(unit, fence, current));
+        }
+        Ok(())
+    }
+
+    async fn advance_unit(&self, unit: &UnitId, fence: Fence, next: i64) -> Result<(), StoreError> {
+        let generation = i64::try_from(fence.generation).map_err(unavailable)?;
+        let answer = LwtAnswer::read(
+            self.session
+                .execute_unpaged(
+                    &self.st.unit_advance,
+                    (next, &unit.topic, unit.partition, generation),
+                )
+                .await
+                .map_err(unavailable)?,
+        )?;
+        if !answer.applied {
+            let current = answer.bigint("generation").unwrap_or(0);
+            return Err(Self::fenced(unit, fence, current));
+        }
+        Ok(())
+    }
+}
+
+/// Claims retried under contention before giving up (each retry follows a lost race).
+const CLAIM_ATTEMPTS: usize = 64;
+
+#[async_trait]
+impl Store for CqlStore {
+    async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
+        for _ in 0..CLAIM_ATTEMPTS {
+            let answer = match self.read_unit(unit).await? {
+                None => {
+                    let answer = LwtAnswer::read(
+                        self.session
+                            .execute_unpaged(&self.st.unit_create, (&unit.topic, unit.partition))
+                            .await
+                            .map_err(unavailable)?,
+                    )?;
+                    if answer.applied {
+                        return Ok((Fence { generation: 1 }, None));
+                    }
+                    continue;
+                }
+                Some((generation, next)) => {
+                    let answer = LwtAnswer::read(
+                        self.session
+                            .execute_unpaged(
+                                &self.st.unit_raise,
+                                (generation + 1, &unit.topic, unit.partition, generation),
+                            )
+                            .await
+                            .map_err(unavailable)?,
+                    )?;
+                    (answer, generation, next)
+                }
+            };
+            let (answer, generation, next) = answer;
+            if answer.applied {
+                let fence = Fence {
+                    generation: u64::try_from(generation + 1).map_err(unavailable)?,
+                };
+                return Ok((fence, next.filter(|n| *n >= 0)));
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "could not claim {}/{} after {CLAIM_ATTEMPTS} contended attempts",
+            unit.topic, unit.partition
+        )))
+    }
+
+    async fn write_batch(
+        &self,
+        unit: &UnitId,
+        fence: Fence,
+        batch: Arc<IngestBatch>,
+    ) -> Result<BatchOutcome, StoreError> {
+        let fenced = fence != Fence::UNFENCED;
+        if fenced {
+            self.check_fence(unit, fence).await?;
+        }
+        let mut outcome = self.store_events(unit, fenced, &batch.events).await?;
+        outcome.quarantined = self.record_quarantine(&batch.quarantined).await?;
+        if let (Some(next), true) = (batch.next_offset, fenced) {
+            self.advance_unit(unit, fence, next).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {
+        Ok(self
+            .read_unit(unit)
+            .await?
+            .and_then(|(_, next)| next)
+            .filter(|n| *n >= 0))
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.read_log(tenant, after, limit).await
+    }
+
+    async fn list_quarantine(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<QuarantineRecord>, StoreError> {
+        self.list_forensics(
+            forensics::QUARANTINE,
+            cursor,
+            limit,
+            |r: &QuarantineRecord| {
+                filter.matches(
+                    &r.topic,
+                    r.tenant.as_deref(),
+                    Some(&r.reason),
+                    r.received_at_ms,
+                )
+            },
+        )
+        .await
+    }
+
+    async fn record_dlq(&self, obs: Vec<DlqObservation>) -> Result<(), StoreError> {
+        self.record_observations(&obs).await
+    }
+
+    async fn list_dlq(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<DlqObservation>, StoreError> {
+        self.list_forensics(forensics::DLQ, cursor, limit, |o: &DlqObservation| {
+            filter.matches(
+                &o.topic,
+                o.tenant.as_deref(),
+                o.error_class.as_deref(),
+                o.observed_at_ms,
+            )
+        })
+        .await
+    }
+}

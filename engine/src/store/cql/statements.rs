@@ -1,0 +1,161 @@
+//! Every CQL statement of the store, prepared once at connect with its consistency.
+//!
+//! Reads and writes use LOCAL_QUORUM; conditions use LOCAL_SERIAL; reads that must settle an
+//! unfinished lightweight transaction first (a claim left by a crash, a fence check) read at
+//! LOCAL_SERIAL, which completes or discards any Paxos round still in flight on that partition.
+
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::{Consistency, SerialConsistency};
+
+use crate::store::StoreError;
+
+/// The prepared statements, grouped by table.
+#[derive(Debug)]
+pub struct Statements {
+    pub claim_dedup: PreparedStatement,
+    pub set_intent: PreparedStatement,
+    pub log_id_at: PreparedStatement,
+    pub log_head: PreparedStatement,
+    pub log_head_serial: PreparedStatement,
+    pub append_head: PreparedStatement,
+    pub append_event: PreparedStatement,
+    pub read_log: PreparedStatement,
+    pub hint_read: PreparedStatement,
+    pub hint_write: PreparedStatement,
+    pub unit_read: PreparedStatement,
+    pub unit_create: PreparedStatement,
+    pub unit_raise: PreparedStatement,
+    pub unit_advance: PreparedStatement,
+    pub seen_claim: PreparedStatement,
+    pub listing_put: PreparedStatement,
+    pub listing_scan: PreparedStatement,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A plain read or write.
+    Plain,
+    /// A read that settles in-flight lightweight transactions first.
+    SerialRead,
+    /// A conditional write (or one statement of a conditional batch).
+    Conditional,
+}
+
+async fn prepare(
+    session: &Session,
+    cql: &str,
+    kind: Kind,
+) -> Result<PreparedStatement, StoreError> {
+    let mut stmt = session
+        .prepare(cql)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("preparing `{cql}`: {e}")))?;
+    match kind {
+        Kind::Plain => stmt.set_consistency(Consistency::LocalQuorum),
+        Kind::SerialRead => stmt.set_consistency(Consistency::LocalSerial),
+        Kind::Conditional => {
+            stmt.set_consistency(Consistency::LocalQuorum);
+            stmt.set_serial_consistency(Some(SerialConsistency::LocalSerial));
+        }
+    }
+    // Dedup claims and appends are not idempotent at the driver level (a blind retry of an
+    // applied INSERT ... IF NOT EXISTS reports "not applied"); the store's own replay logic
+    // handles retries.
+    stmt.set_is_idempotent(matches!(kind, Kind::Plain | Kind::SerialRead));
+    Ok(stmt)
+}
+
+impl Statements {
+    pub async fn prepare_all(session: &Session) -> Result<Self, StoreError> {
+        use Kind::*;
+        let p = |cql: &'static str, kind| prepare(session, cql, kind);
+        Ok(Self {
+            claim_dedup: p(
+                "INSERT INTO dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
+                 VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?",
+                Conditional,
+            )
+            .await?,
+            set_intent: p(
+                "UPDATE dedup USING TTL ? SET intent = ? \
+                 WHERE tenant = ? AND id_bucket = ? AND id = ?",
+                Plain,
+            )
+            .await?,
+            log_id_at: p(
+                "SELECT id FROM tenant_log WHERE tenant = ? AND bucket = ? AND seq = ?",
+                SerialRead,
+            )
+            .await?,
+            log_head: p(
+                "SELECT head FROM tenant_log WHERE tenant = ? AND bucket = ? LIMIT 1",
+                Plain,
+            )
+            .await?,
+            log_head_serial: p(
+                "SELECT head FROM tenant_log WHERE tenant = ? AND bucket = ? LIMIT 1",
+                SerialRead,
+            )
+            .await?,
+            append_head: p(
+                "UPDATE tenant_log USING TTL 0 SET head = ? \
+                 WHERE tenant = ? AND bucket = ? IF head = ?",
+                Conditional,
+            )
+            .await?,
+            append_event: p(
+                "INSERT INTO tenant_log (tenant, bucket, seq, id, event) \
+                 VALUES (?, ?, ?, ?, ?) USING TTL ?",
+                Conditional,
+            )
+            .await?,
+            read_log: p(
+                "SELECT seq, event FROM tenant_log \
+                 WHERE tenant = ? AND bucket = ? AND seq > ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+            hint_read: p("SELECT bucket FROM tenant_heads WHERE tenant = ?", Plain).await?,
+            hint_write: p("UPDATE tenant_heads SET bucket = ? WHERE tenant = ?", Plain).await?,
+            unit_read: p(
+                "SELECT generation, next_offset FROM units WHERE topic = ? AND partition = ?",
+                SerialRead,
+            )
+            .await?,
+            unit_create: p(
+                "INSERT INTO units (topic, partition, generation) VALUES (?, ?, 1) IF NOT EXISTS",
+                Conditional,
+            )
+            .await?,
+            unit_raise: p(
+                "UPDATE units SET generation = ? WHERE topic = ? AND partition = ? \
+                 IF generation = ?",
+                Conditional,
+            )
+            .await?,
+            unit_advance: p(
+                "UPDATE units SET next_offset = ? WHERE topic = ? AND partition = ? \
+                 IF generation = ?",
+                Conditional,
+            )
+            .await?,
+            seen_claim: p(
+                "INSERT INTO forensics_seen (kind, topic, partition, offset, qid, record) \
+                 VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?",
+                Conditional,
+            )
+            .await?,
+            listing_put: p(
+                "INSERT INTO forensics (kind, day, qid, record) VALUES (?, ?, ?, ?) USING TTL ?",
+                Plain,
+            )
+            .await?,
+            listing_scan: p(
+                "SELECT qid, record FROM forensics WHERE kind = ? AND day = ? AND qid >= ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+        })
+    }
+}

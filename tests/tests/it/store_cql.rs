@@ -1,0 +1,135 @@
+//! The CQL store against the real CQL server: the shared conformance suite (R-OP-2), plus the
+//! recovery paths only a store without multi-partition transactions has.
+
+use std::sync::Arc;
+
+use hub_engine::store::conformance::{event, run_all};
+use hub_engine::store::cql::{CqlSettings, CqlStore};
+use hub_engine::store::{IngestBatch, Store, UnitId};
+use hub_tests::{report, require, unique, CQL};
+use scylla::client::session_builder::SessionBuilder;
+
+/// Tiny buckets and appends, so every run crosses bucket and batch boundaries many times.
+fn settings() -> CqlSettings {
+    CqlSettings {
+        nodes: vec![CQL.into()],
+        keyspace: "hub_it".into(),
+        bucket_size: 8,
+        append_bytes: 1024,
+        ..CqlSettings::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_2_cql_store_passes_the_conformance_suite() {
+    require("cassandra", CQL);
+    let store = CqlStore::connect(settings()).await.expect("connect");
+    let ns = unique("cql");
+    run_all(Arc::new(store), &ns).await;
+    report(
+        "cassandra",
+        &format!("{CQL}: store conformance suite passed (namespace {ns})"),
+    );
+}
+
+/// R-IN-7 / R-IN-6: a crash after the dedup claim but before the append leaves a claim whose
+/// origin is the record's own Kafka position. The replay must finish it, not drop it as a
+/// duplicate; and a second replay must then drop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
+    require("cassandra", CQL);
+    let store = CqlStore::connect(settings()).await.expect("connect");
+    let ns = unique("cqlcrash");
+    let tenant = format!("{ns}-t");
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 2);
+    let mut ev = event(&tenant, "x.created");
+    ev.offset = 41;
+
+    // What a crashed writer leaves: the claim, naming seq 1, and nothing in the log.
+    let session = SessionBuilder::new()
+        .known_node(CQL)
+        .build()
+        .await
+        .expect("session");
+    let hour = i64::try_from(ev.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("hour");
+    session
+        .query_unpaged(
+            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                &tenant,
+                hour,
+                ev.id,
+                format!("{}/2/41", unit.topic),
+                0_i64,
+                1_i64,
+            ),
+        )
+        .await
+        .expect("leave a claim");
+
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    let batch = Arc::new(IngestBatch {
+        events: vec![ev.clone()],
+        quarantined: vec![],
+        next_offset: Some(42),
+    });
+    let replay = store
+        .write_batch(&unit, fence, batch.clone())
+        .await
+        .expect("replay");
+    assert_eq!(
+        replay.stored,
+        vec![(tenant.clone(), ev.id, 1)],
+        "the claim is finished"
+    );
+    let again = store
+        .write_batch(&unit, fence, batch)
+        .await
+        .expect("second replay");
+    assert!(again.stored.is_empty());
+    assert_eq!(again.duplicates, vec![(tenant.clone(), ev.id)]);
+    let read = store.read_events(&tenant, 0, 10).await.expect("read");
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].event, ev);
+
+    // The same id from another position is a duplicate, even while the claim is unfinished.
+    let other_tenant = format!("{ns}-u");
+    let mut first = event(&other_tenant, "x.created");
+    first.offset = 7;
+    let hour = i64::try_from(first.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("h");
+    session
+        .query_unpaged(
+            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                &other_tenant,
+                hour,
+                first.id,
+                format!("{}/2/7", unit.topic),
+                0_i64,
+                1_i64,
+            ),
+        )
+        .await
+        .expect("leave a claim");
+    let mut resent = first.clone();
+    resent.offset = 9;
+    let out = store
+        .write_batch(
+            &unit,
+            fence,
+            Arc::new(IngestBatch {
+                events: vec![resent],
+                quarantined: vec![],
+                next_offset: Some(10),
+            }),
+        )
+        .await
+        .expect("write");
+    assert_eq!(out.duplicates, vec![(other_tenant, first.id)]);
+    report(
+        "cassandra",
+        "an unfinished claim is finished by its own replay, refused to others",
+    );
+}
