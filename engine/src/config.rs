@@ -7,10 +7,49 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+/// Which `Store` the hub runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// The embedded store under `data_dir`: one node, nothing else to run.
+    Embedded,
+    /// ScyllaDB (or any CQL server with lightweight transactions) at `cql_nodes`.
+    Cql,
+}
+
+impl std::str::FromStr for StoreKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "embedded" => Ok(Self::Embedded),
+            "cql" => Ok(Self::Cql),
+            other => Err(format!(
+                "unknown store {other:?} (expected embedded or cql)"
+            )),
+        }
+    }
+}
+
 /// Everything the standalone hub reads at start.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HubConfig {
+    /// Env `STREAMING_HUB_STORE`: `embedded` (default) or `cql`.
+    pub store: StoreKind,
+    /// CQL contact points, comma-separated. Env `STREAMING_HUB_CQL_NODES`. Default `127.0.0.1:9042`.
+    pub cql_nodes: String,
+    /// CQL keyspace, created with `cql_replication` if missing. Env `STREAMING_HUB_CQL_KEYSPACE`.
+    /// Default `streaming_hub`.
+    pub cql_keyspace: String,
+    /// Replication map for a new keyspace. Env `STREAMING_HUB_CQL_REPLICATION`.
+    /// Default `{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}`.
+    pub cql_replication: String,
+    /// How long accepted events are kept, in seconds. Env `STREAMING_HUB_RETENTION_S`. Default
+    /// 7 days. (The CQL store expires rows; the embedded store does not prune yet.)
+    pub retention_s: u32,
+    /// Dedup window in seconds, at least the retention (R-IN-6). Env `STREAMING_HUB_DEDUP_WINDOW_S`.
+    /// Default 7 days.
+    pub dedup_window_s: u32,
     /// Where the embedded store keeps its file. Env `STREAMING_HUB_DATA_DIR`. Default `./.hub-data`.
     pub data_dir: PathBuf,
     /// HTTP listen address (ingest, admin, metrics). Env `STREAMING_HUB_HTTP_ADDR`.
@@ -41,6 +80,12 @@ pub struct HubConfig {
 impl Default for HubConfig {
     fn default() -> Self {
         Self {
+            store: StoreKind::Embedded,
+            cql_nodes: "127.0.0.1:9042".into(),
+            cql_keyspace: "streaming_hub".into(),
+            cql_replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
+            retention_s: 7 * 86_400,
+            dedup_window_s: 7 * 86_400,
             data_dir: PathBuf::from(".hub-data"),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             kafka_brokers: None,
@@ -116,6 +161,24 @@ impl HubConfig {
         let env = |name: &str| {
             get(&format!("STREAMING_HUB_{name}")).map(|v| (format!("STREAMING_HUB_{name}"), v))
         };
+        if let Some((k, v)) = env("STORE") {
+            self.store = parse(&k, v)?;
+        }
+        if let Some((_, v)) = env("CQL_NODES") {
+            self.cql_nodes = v;
+        }
+        if let Some((_, v)) = env("CQL_KEYSPACE") {
+            self.cql_keyspace = v;
+        }
+        if let Some((_, v)) = env("CQL_REPLICATION") {
+            self.cql_replication = v;
+        }
+        if let Some((k, v)) = env("RETENTION_S") {
+            self.retention_s = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("DEDUP_WINDOW_S") {
+            self.dedup_window_s = parse(&k, v)?;
+        }
         if let Some((_, v)) = env("DATA_DIR") {
             self.data_dir = v.into();
         }
@@ -152,6 +215,16 @@ impl HubConfig {
         Ok(())
     }
 
+    /// The CQL contact points, trimmed, empty entries dropped.
+    pub fn cql_node_list(&self) -> Vec<String> {
+        self.cql_nodes
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         if self.shard_queue == 0 || self.max_batch == 0 {
             return Err(ConfigError::Invalid(
@@ -162,6 +235,15 @@ impl HubConfig {
             return Err(ConfigError::Invalid(
                 "max_value_bytes and max_header_bytes must be at least 1".into(),
             ));
+        }
+        if self.dedup_window_s < self.retention_s || self.retention_s == 0 {
+            return Err(ConfigError::Invalid(
+                "dedup_window_s must be at least retention_s, and retention_s above 0 (R-IN-6)"
+                    .into(),
+            ));
+        }
+        if self.store == StoreKind::Cql && self.cql_node_list().is_empty() {
+            return Err(ConfigError::Invalid("store = cql needs cql_nodes".into()));
         }
         if self.kafka_group.is_empty() {
             return Err(ConfigError::Invalid("kafka_group must not be empty".into()));
@@ -186,6 +268,29 @@ mod tests {
         assert!(
             err.to_string().contains("STREAMING_HUB_HTTP_ADDR=nope"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn r_in_6_store_choice_and_dedup_window_are_checked() {
+        let mut c = HubConfig::default();
+        c.apply_env(|k| match k {
+            "STREAMING_HUB_STORE" => Some("cql".to_owned()),
+            "STREAMING_HUB_CQL_NODES" => Some(" 127.0.0.1:9042, ,127.0.0.2:9042".to_owned()),
+            _ => None,
+        })
+        .expect("valid");
+        assert_eq!(c.store, StoreKind::Cql);
+        assert_eq!(c.cql_node_list(), vec!["127.0.0.1:9042", "127.0.0.2:9042"]);
+        c.validate().expect("valid");
+        let err = c
+            .apply_env(|k| (k == "STREAMING_HUB_STORE").then(|| "mongo".to_owned()))
+            .expect_err("unknown store refused");
+        assert!(err.to_string().contains("mongo"), "{err}");
+        c.dedup_window_s = c.retention_s - 1;
+        assert!(
+            c.validate().is_err(),
+            "a dedup window shorter than retention is refused"
         );
     }
 

@@ -9,24 +9,52 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::api::{router, ApiState};
-use crate::config::HubConfig;
+use crate::config::{HubConfig, StoreKind};
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
 use crate::ingest::{dlq, RecordIn};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
+use crate::store::cql::{CqlSettings, CqlStore};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::Store;
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
-/// Runs the standalone hub on the embedded store until SIGINT or SIGTERM.
+/// Opens the configured store: the embedded file under `data_dir`, or the CQL cluster.
+fn open_store(
+    config: &HubConfig,
+    tokio: &tokio::runtime::Runtime,
+) -> anyhow::Result<Arc<dyn Store>> {
+    match config.store {
+        StoreKind::Embedded => {
+            let path = config.data_dir.join("hub.redb");
+            let store = EmbeddedStore::open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            tracing::info!(path = %path.display(), "embedded store open");
+            Ok(Arc::new(store))
+        }
+        StoreKind::Cql => {
+            let settings = CqlSettings {
+                nodes: config.cql_node_list(),
+                keyspace: config.cql_keyspace.clone(),
+                replication: config.cql_replication.clone(),
+                dedup_ttl_s: config.dedup_window_s,
+                retention_ttl_s: config.retention_s,
+                ..CqlSettings::default()
+            };
+            let store = tokio
+                .block_on(CqlStore::connect(settings))
+                .with_context(|| format!("connecting to CQL at {}", config.cql_nodes))?;
+            tracing::info!(nodes = %config.cql_nodes, keyspace = %config.cql_keyspace, "cql store open");
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// Runs the standalone hub on the configured store until SIGINT or SIGTERM.
 pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let tokio = build_tokio_runtime(2)?;
-    let path = config.data_dir.join("hub.redb");
-    let store: Arc<dyn Store> = Arc::new(
-        EmbeddedStore::open(&path).with_context(|| format!("opening {}", path.display()))?,
-    );
-    tracing::info!(path = %path.display(), "embedded store open");
+    let store = open_store(&config, &tokio)?;
     let limits = VerdictLimits {
         max_value_bytes: config.max_value_bytes,
         max_header_bytes: config.max_header_bytes,

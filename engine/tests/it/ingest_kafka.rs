@@ -1,11 +1,10 @@
-//! Kafka → verdict → dedup → durable inbox with `seq`, on the embedded store, against real Kafka:
+//! Kafka → verdict → dedup → durable inbox with `seq`, on each store, against real Kafka:
 //! 50,000 records over 8 partitions and 20 tenants with 5 % duplicates, 2 % malformed and 1 %
 //! system events (R-IN-1 … R-IN-8).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use hub_engine::store::embedded::EmbeddedStore;
 use hub_engine::store::{ForensicsFilter, Store, UnitId};
 use rand::{Rng, SeedableRng};
 
@@ -35,12 +34,7 @@ const RECORDS: usize = 50_000;
 /// Checks the store file against what was produced: exactly the unique accepted events, each
 /// once, `seq` gap-free per tenant and in partition order for unsalted tenants; exactly the
 /// malformed records in quarantine with their reasons.
-async fn assert_store_matches(
-    store: &EmbeddedStore,
-    produced: &Produced,
-    topic: &str,
-    source: &str,
-) {
+async fn assert_store_matches(store: &dyn Store, produced: &Produced, topic: &str, source: &str) {
     for (tenant, ids) in &produced.unique {
         let events = store
             .read_events(tenant, 0, usize::MAX)
@@ -107,7 +101,16 @@ async fn assert_store_matches(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters() {
+async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters_embedded() {
+    fifty_thousand_mixed_records(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters_cql() {
+    fifty_thousand_mixed_records(Backend::Cql).await;
+}
+
+async fn fifty_thousand_mixed_records(backend: Backend) {
     let _alone = exclusive_broker().await;
     let ns = format!("k{}", uuid::Uuid::now_v7().simple());
     let source = ns.clone();
@@ -115,7 +118,7 @@ async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters() {
     let produced = produce_workload(&topic, &source, &ns, RECORDS, 7).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let group = format!("{ns}-group");
-    let engine = Engine::start(dir.path(), &group, free_port());
+    let engine = Engine::start(dir.path(), &group, free_port(), backend);
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
 
@@ -124,7 +127,8 @@ async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters() {
     let q =
         |reason: &str| m[&format!("streaming_hub_ingest_quarantined_total{{reason=\"{reason}\"}}")];
     eprintln!(
-        "[kafka+embedded] {RECORDS} records: {unique} unique, {} duplicates, {} malformed, {} system; metrics accepted={} deduplicated={} dropped={}",
+        "[{}] {RECORDS} records: {unique} unique, {} duplicates, {} malformed, {} system; metrics accepted={} deduplicated={} dropped={}",
+        backend.label(),
         produced.duplicates, produced.malformed.len(), produced.system,
         m["streaming_hub_ingest_verdicts_total{verdict=\"accepted\"}"],
         m["streaming_hub_ingest_verdicts_total{verdict=\"deduplicated\"}"],
@@ -132,8 +136,8 @@ async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters() {
     );
     engine.stop();
 
-    let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open store");
-    assert_store_matches(&store, &produced, &topic, &source).await;
+    let store = backend.open(dir.path()).await;
+    assert_store_matches(&*store, &produced, &topic, &source).await;
     // Exact counters: with no crash, every record was judged exactly once by this engine (and
     // this run's topic is the only ingest topic on the broker).
     assert_eq!(
@@ -178,7 +182,16 @@ async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_in_7_kill_9_three_times_loses_nothing_and_stores_nothing_twice() {
+async fn r_in_7_kill_9_three_times_loses_nothing_and_stores_nothing_twice_embedded() {
+    kill_9_three_times(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_7_kill_9_three_times_loses_nothing_and_stores_nothing_twice_cql() {
+    kill_9_three_times(Backend::Cql).await;
+}
+
+async fn kill_9_three_times(backend: Backend) {
     let _alone = exclusive_broker().await;
     let ns = format!("c{}", uuid::Uuid::now_v7().simple());
     let source = ns.clone();
@@ -189,22 +202,23 @@ async fn r_in_7_kill_9_three_times_loses_nothing_and_stores_nothing_twice() {
     let port = free_port();
     let mut rng = rand::rngs::StdRng::from_entropy();
     for crash in 0..3 {
-        let engine = Engine::start(dir.path(), &group, port);
+        let engine = Engine::start(dir.path(), &group, port, backend);
         engine.wait_ready().await;
         // Kill at a random moment while it is making progress (it first waits for the previous
-        // incarnation's session to expire before it gets partitions).
+        // incarnation's session to expire before it gets partitions): after a random further
+        // stretch of the run, so the three crashes fall early, midway and late.
+        let stretch = rng.gen_range(1_000..(RECORDS as i64 / 4));
         wait_progress(
             &topic,
             &group,
-            committed_sum(&topic, &group),
-            Duration::from_secs(60),
+            committed_sum(&topic, &group) + stretch,
+            Duration::from_secs(120),
         )
         .await;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..800))).await;
         engine.kill_9();
         // Invariant: no committed offset is ever ahead of the durable write.
-        let store =
-            EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open store after crash");
+        let store = backend.open(dir.path()).await;
         let state = offsets(&topic, &group);
         for (p, committed, _) in &state {
             let durable = store
@@ -220,15 +234,16 @@ async fn r_in_7_kill_9_three_times_loses_nothing_and_stores_nothing_twice() {
         }
         let done: i64 = state.iter().map(|(_, c, _)| c.unwrap_or(0)).sum();
         eprintln!(
-            "[kafka+embedded] crash {crash}: kill -9; {done} of {} positions committed",
+            "[{}] crash {crash}: kill -9; {done} of {} positions committed",
+            backend.label(),
             state.iter().map(|s| s.2).sum::<i64>()
         );
     }
-    let engine = Engine::start(dir.path(), &group, port);
+    let engine = Engine::start(dir.path(), &group, port, backend);
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
     engine.stop();
-    let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open store");
-    assert_store_matches(&store, &produced, &topic, &source).await;
+    let store = backend.open(dir.path()).await;
+    assert_store_matches(&*store, &produced, &topic, &source).await;
     delete_topic(&topic).await;
 }

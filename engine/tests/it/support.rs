@@ -3,7 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use hub_engine::store::cql::{CqlSettings, CqlStore};
+use hub_engine::store::embedded::EmbeddedStore;
+use hub_engine::store::Store;
 
 use rand::{Rng, SeedableRng};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -16,6 +21,53 @@ use uuid::Uuid;
 
 pub const KAFKA: &str = "127.0.0.1:9092";
 
+/// The store an engine under test runs on.
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    /// The embedded store in the test's data directory.
+    Embedded,
+    /// The CQL server started by `scripts/services up` (keyspace `hub_engine_it`; every test
+    /// uses its own topic and tenants, so runs never collide).
+    Cql,
+}
+
+pub const CQL: &str = "127.0.0.1:9042";
+const CQL_KEYSPACE: &str = "hub_engine_it";
+
+impl Backend {
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Embedded => "kafka+embedded",
+            Backend::Cql => "kafka+cql",
+        }
+    }
+
+    fn configure(self, cmd: &mut Command) {
+        if let Backend::Cql = self {
+            cmd.env("STREAMING_HUB_STORE", "cql")
+                .env("STREAMING_HUB_CQL_NODES", CQL)
+                .env("STREAMING_HUB_CQL_KEYSPACE", CQL_KEYSPACE);
+        }
+    }
+
+    /// Opens the store the engine wrote (the embedded file only once the engine has exited).
+    pub async fn open(self, data_dir: &std::path::Path) -> Arc<dyn Store> {
+        match self {
+            Backend::Embedded => Arc::new(
+                EmbeddedStore::open(&data_dir.join("hub.redb")).expect("open embedded store"),
+            ),
+            Backend::Cql => {
+                let settings = CqlSettings {
+                    nodes: vec![CQL.into()],
+                    keyspace: CQL_KEYSPACE.into(),
+                    ..CqlSettings::default()
+                };
+                Arc::new(CqlStore::connect(settings).await.expect("connect to CQL"))
+            }
+        }
+    }
+}
+
 /// A running `streaming-hub` process.
 pub struct Engine {
     pub child: Child,
@@ -23,8 +75,10 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn start(data_dir: &std::path::Path, group: &str, port: u16) -> Engine {
-        let child = Command::new(env!("CARGO_BIN_EXE_streaming-hub"))
+    pub fn start(data_dir: &std::path::Path, group: &str, port: u16, backend: Backend) -> Engine {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_streaming-hub"));
+        backend.configure(&mut cmd);
+        let child = cmd
             .env("STREAMING_HUB_DATA_DIR", data_dir)
             .env("STREAMING_HUB_HTTP_ADDR", format!("127.0.0.1:{port}"))
             .env("STREAMING_HUB_KAFKA_BROKERS", KAFKA)
