@@ -55,7 +55,11 @@ pub fn router(api: Arc<ApiState>, http: Arc<HttpIngest>) -> Router {
 }
 
 async fn metrics(State(api): State<Arc<ApiState>>) -> String {
-    crate::telemetry::render_ingest(&api.snapshot())
+    let mut out = crate::telemetry::render_ingest(&api.snapshot());
+    out.push_str(&crate::telemetry::render_store_timings(
+        &api.store.write_timings(),
+    ));
+    out
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,6 +10,42 @@ pub const INGEST_VERDICTS: &str = "streaming_hub_ingest_verdicts_total";
 pub const INGEST_QUARANTINED: &str = "streaming_hub_ingest_quarantined_total";
 
 /// Renders the summed ingest counters in the Prometheus text format.
+/// Store write time per phase, as counters a scrape can turn into rates and shares.
+pub fn render_store_timings(phases: &[crate::store::timings::PhaseTotal]) -> String {
+    let mut out = String::new();
+    if phases.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP {STORE_PHASE_NANOS} Wall time spent in each phase of the store's batch writes."
+    );
+    let _ = writeln!(out, "# TYPE {STORE_PHASE_NANOS} counter");
+    for p in phases {
+        let _ = writeln!(
+            out,
+            "{STORE_PHASE_NANOS}{{phase=\"{}\"}} {}",
+            p.phase, p.nanos
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP {STORE_PHASE_COUNT} Batch writes that went through each phase."
+    );
+    let _ = writeln!(out, "# TYPE {STORE_PHASE_COUNT} counter");
+    for p in phases {
+        let _ = writeln!(
+            out,
+            "{STORE_PHASE_COUNT}{{phase=\"{}\"}} {}",
+            p.phase, p.count
+        );
+    }
+    out
+}
+
+const STORE_PHASE_NANOS: &str = "streaming_hub_store_write_phase_nanoseconds_total";
+const STORE_PHASE_COUNT: &str = "streaming_hub_store_write_phase_total";
+
 pub fn render_ingest(s: &VerdictSnapshot) -> String {
     let mut out = String::new();
     let _ = writeln!(

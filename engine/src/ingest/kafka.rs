@@ -159,22 +159,43 @@ fn commit_reported(consumer: &BaseConsumer, commits: &mpsc::Receiver<Commit>, mo
 struct Router<'c> {
     consumer: &'c BaseConsumer,
     shards: Vec<async_channel::Sender<RecordIn>>,
-    /// Records of paused partitions, in offset order, waiting for room in their shard.
-    waiting: HashMap<(String, i32), VecDeque<RecordIn>>,
+    /// Records of partitions whose shard is full, in offset order, waiting for room.
+    waiting: HashMap<(String, i32), Waiting>,
 }
+
+/// Records held back for a full shard. The partition is paused only once `PAUSE_AFTER` records
+/// wait: pausing makes librdkafka drop what it prefetched and fetch it again on resume, so
+/// pausing on every momentarily full queue would starve the shards it means to protect.
+struct Waiting {
+    records: VecDeque<RecordIn>,
+    paused: bool,
+}
+
+/// Records held per partition before its fetching is paused (bounds memory: at most this many
+/// per partition, plus what librdkafka has prefetched).
+const PAUSE_AFTER: usize = 4096;
 
 impl Router<'_> {
     fn route(&mut self, record: RecordIn) {
         let key = (record.topic.clone(), record.partition);
         if let Some(queue) = self.waiting.get_mut(&key) {
-            queue.push_back(record);
+            queue.records.push_back(record);
+            if !queue.paused && queue.records.len() >= PAUSE_AFTER {
+                queue.paused = true;
+                self.pause(&key, true);
+            }
             return;
         }
         let shard = shard_for(&record.topic, record.partition, self.shards.len());
         if let Err(async_channel::TrySendError::Full(record)) = self.shards[shard].try_send(record)
         {
-            self.pause(&key, true);
-            self.waiting.insert(key, VecDeque::from([record]));
+            self.waiting.insert(
+                key,
+                Waiting {
+                    records: VecDeque::from([record]),
+                    paused: false,
+                },
+            );
         }
     }
 
@@ -182,21 +203,23 @@ impl Router<'_> {
         let mut drained = Vec::new();
         for (key, queue) in &mut self.waiting {
             let shard = shard_for(&key.0, key.1, self.shards.len());
-            while let Some(record) = queue.pop_front() {
+            while let Some(record) = queue.records.pop_front() {
                 if let Err(async_channel::TrySendError::Full(record)) =
                     self.shards[shard].try_send(record)
                 {
-                    queue.push_front(record);
+                    queue.records.push_front(record);
                     break;
                 }
             }
-            if queue.is_empty() {
-                drained.push(key.clone());
+            if queue.records.is_empty() {
+                drained.push((key.clone(), queue.paused));
             }
         }
-        for key in drained {
+        for (key, paused) in drained {
             self.waiting.remove(&key);
-            self.pause(&key, false);
+            if paused {
+                self.pause(&key, false);
+            }
         }
     }
 

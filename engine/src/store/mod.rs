@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod cql;
 pub mod embedded;
 mod model;
+pub mod timings;
 
 use std::sync::Arc;
 
@@ -85,6 +86,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         cursor: u64,
         limit: usize,
     ) -> Result<Page<DlqObservation>, StoreError>;
+
+    /// Time spent per phase of `write_batch` since start (for `/metrics` and the load test).
+    fn write_timings(&self) -> Vec<timings::PhaseTotal> {
+        Vec::new()
+    }
 }
 
 impl ForensicsFilter {

@@ -7,13 +7,14 @@
 //! (drop it as a duplicate) or not (finish it now).
 
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
 use super::log::Pending;
 use super::lwt::LwtAnswer;
-use super::{as_i64, unavailable, CqlStore};
+use super::{as_i64, unavailable, CqlStore, DEDUP_CLAIMS, LOG_APPENDS};
 use crate::clock::now_ms;
 use crate::store::{BatchOutcome, InboxEvent, StoreError, UnitId};
 
@@ -131,6 +132,7 @@ impl CqlStore {
         }
 
         let guesses = &guesses;
+        let started = Instant::now();
         let claims: Vec<(usize, Claim)> =
             futures::stream::iter((0..events.len()).filter(|i| first[*i]))
                 .map(|i| async move {
@@ -140,6 +142,7 @@ impl CqlStore {
                 .buffered(CLAIM_CONCURRENCY)
                 .try_collect()
                 .await?;
+        self.timings.record(DEDUP_CLAIMS, started);
 
         let mut by_tenant: HashMap<&str, Vec<Pending<'_>>> = HashMap::new();
         for (i, claim) in &claims {
@@ -151,12 +154,14 @@ impl CqlStore {
                     .push(Pending { event, intent });
             }
         }
+        let started = Instant::now();
         let appended = futures::future::try_join_all(
             by_tenant
                 .into_iter()
                 .map(|(tenant, pending)| self.append(tenant, pending)),
         )
         .await?;
+        self.timings.record(LOG_APPENDS, started);
         let seqs: HashMap<(&str, Uuid), u64> = appended
             .into_iter()
             .flatten()

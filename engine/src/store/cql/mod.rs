@@ -24,11 +24,13 @@ mod statements;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 
+use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
     BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
     Store, StoreError, StoredEvent, UnitId,
@@ -83,7 +85,22 @@ pub struct CqlStore {
     heads: Mutex<HashMap<String, u64>>,
     /// Last forensics key handed out (keeps this process's keys strictly increasing).
     last_qid: AtomicU64,
+    timings: PhaseTimings,
 }
+
+/// The phases of `write_batch`, in order (indexes into `PhaseTimings`).
+const PHASES: &[&str] = &[
+    "fence_check",
+    "dedup_claims",
+    "log_appends",
+    "forensics",
+    "unit_offset",
+];
+const FENCE_CHECK: usize = 0;
+pub(crate) const DEDUP_CLAIMS: usize = 1;
+pub(crate) const LOG_APPENDS: usize = 2;
+const FORENSICS: usize = 3;
+const UNIT_OFFSET: usize = 4;
 
 impl std::fmt::Debug for CqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,6 +176,7 @@ impl CqlStore {
             settings,
             heads: Mutex::new(HashMap::new()),
             last_qid: AtomicU64::new(0),
+            timings: PhaseTimings::new(PHASES),
         })
     }
 
@@ -267,12 +285,18 @@ impl Store for CqlStore {
     ) -> Result<BatchOutcome, StoreError> {
         let fenced = fence != Fence::UNFENCED;
         if fenced {
+            let started = Instant::now();
             self.check_fence(unit, fence).await?;
+            self.timings.record(FENCE_CHECK, started);
         }
         let mut outcome = self.store_events(unit, fenced, &batch.events).await?;
+        let started = Instant::now();
         outcome.quarantined = self.record_quarantine(&batch.quarantined).await?;
+        self.timings.record(FORENSICS, started);
         if let (Some(next), true) = (batch.next_offset, fenced) {
+            let started = Instant::now();
             self.advance_unit(unit, fence, next).await?;
+            self.timings.record(UNIT_OFFSET, started);
         }
         Ok(outcome)
     }
@@ -335,5 +359,9 @@ impl Store for CqlStore {
             )
         })
         .await
+    }
+
+    fn write_timings(&self) -> Vec<PhaseTotal> {
+        self.timings.snapshot()
     }
 }

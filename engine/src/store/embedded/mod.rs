@@ -1,11 +1,13 @@
 //! The embedded durable store for a single node: redb (a copy-on-write B-tree with ACID
 //! transactions) in one file, no external process.
 //!
-//! Each `write_batch` is one redb write transaction committed with fsync: dedup marks, `seq`
-//! numbers, inbox rows, quarantine rows and the unit's offset become durable together or not at
-//! all. redb has one writer at a time, so `seq` is allocated and made visible in the same
-//! transaction and a reader can never see `seq = n` before `seq < n` (R-IN-8).
+//! Each `write_batch` lands in one redb write transaction committed with fsync, shared with the
+//! other batches waiting at that moment (`group_commit`): dedup marks, `seq` numbers, inbox rows,
+//! quarantine rows and the unit's offset become durable together or not at all. redb has one
+//! writer at a time, so `seq` is allocated and made visible in the same transaction and a reader
+//! can never see `seq = n` before `seq < n` (R-IN-8).
 
+mod group_commit;
 mod tables;
 
 use std::path::Path;
@@ -15,9 +17,10 @@ use async_trait::async_trait;
 use redb::{Database, ReadableTable};
 
 use super::codec::{decode, encode};
+use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
     BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
-    Store, StoreError, StoredEvent, StoredEventRef, UnitId,
+    Store, StoreError, StoredEvent, UnitId,
 };
 use tables::*;
 
@@ -25,6 +28,9 @@ use tables::*;
 #[derive(Clone)]
 pub struct EmbeddedStore {
     db: Arc<Database>,
+    /// One phase: the whole fsynced transaction of a group of batches.
+    timings: Arc<PhaseTimings>,
+    commits: Arc<group_commit::Committer>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -47,7 +53,14 @@ impl EmbeddedStore {
         let txn = db.begin_write().map_err(unavailable)?;
         create_tables(&txn).map_err(unavailable)?;
         txn.commit().map_err(unavailable)?;
-        Ok(Self { db: Arc::new(db) })
+        let db = Arc::new(db);
+        let timings = Arc::new(PhaseTimings::new(&["group_transaction"]));
+        let commits = Arc::new(group_commit::start(db.clone(), timings.clone())?);
+        Ok(Self {
+            db,
+            timings,
+            commits,
+        })
     }
 
     /// Runs blocking redb work off the async threads.
@@ -61,94 +74,6 @@ impl EmbeddedStore {
             .await
             .map_err(unavailable)?
     }
-}
-
-fn write_batch_txn(
-    db: &Database,
-    unit: &UnitId,
-    fence: Fence,
-    batch: &IngestBatch,
-) -> Result<BatchOutcome, StoreError> {
-    let txn = db.begin_write().map_err(unavailable)?;
-    let mut outcome = BatchOutcome::default();
-    {
-        let mut units = txn.open_table(UNITS).map_err(unavailable)?;
-        let (current, _) = units
-            .get((unit.topic.as_str(), unit.partition))
-            .map_err(unavailable)?
-            .map_or((0, -1), |g| g.value());
-        if fence != Fence::UNFENCED && current != fence.generation {
-            return Err(StoreError::Fenced {
-                topic: unit.topic.clone(),
-                partition: unit.partition,
-                ours: fence.generation,
-                current,
-            });
-        }
-        let mut dedup = txn.open_table(DEDUP).map_err(unavailable)?;
-        let mut seqs = txn.open_table(TENANT_SEQ).map_err(unavailable)?;
-        let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
-        for event in &batch.events {
-            let id = event.id.as_u128();
-            if dedup
-                .get((event.tenant.as_str(), id))
-                .map_err(unavailable)?
-                .is_some()
-            {
-                outcome.duplicates.push((event.tenant.clone(), event.id));
-                continue;
-            }
-            let seq = seqs
-                .get(event.tenant.as_str())
-                .map_err(unavailable)?
-                .map_or(0, |g| g.value())
-                + 1;
-            seqs.insert(event.tenant.as_str(), seq)
-                .map_err(unavailable)?;
-            dedup
-                .insert((event.tenant.as_str(), id), seq)
-                .map_err(unavailable)?;
-            let row = encode(&StoredEventRef { seq, event });
-            events
-                .insert((event.tenant.as_str(), seq), row.as_slice())
-                .map_err(unavailable)?;
-            outcome.stored.push((event.tenant.clone(), event.id, seq));
-        }
-        let mut quarantine = txn.open_table(QUARANTINE).map_err(unavailable)?;
-        let mut counters = txn.open_table(COUNTERS).map_err(unavailable)?;
-        let mut next_q = counters
-            .get(QUARANTINE_NEXT)
-            .map_err(unavailable)?
-            .map_or(0, |g| g.value());
-        let mut seen = txn.open_table(QUARANTINE_SEEN).map_err(unavailable)?;
-        for record in &batch.quarantined {
-            // A Kafka record replayed after a crash is quarantined once; HTTP records (offset -1)
-            // have no position to recognise them by.
-            let key = (record.topic.as_str(), record.partition, record.offset);
-            if record.offset >= 0 {
-                if seen.get(key).map_err(unavailable)?.is_some() {
-                    continue;
-                }
-                seen.insert(key, next_q).map_err(unavailable)?;
-            }
-            quarantine
-                .insert(next_q, encode(record).as_slice())
-                .map_err(unavailable)?;
-            next_q += 1;
-            outcome.quarantined += 1;
-        }
-        counters
-            .insert(QUARANTINE_NEXT, next_q)
-            .map_err(unavailable)?;
-        if let (Some(next), false) = (batch.next_offset, fence == Fence::UNFENCED) {
-            units
-                .insert((unit.topic.as_str(), unit.partition), (current, next))
-                .map_err(unavailable)?;
-        }
-    }
-    // Default durability is immediate: commit returns after fsync.
-    txn.commit().map_err(unavailable)?;
-    Ok(outcome)
 }
 
 #[async_trait]
@@ -186,9 +111,21 @@ impl Store for EmbeddedStore {
         fence: Fence,
         batch: Arc<IngestBatch>,
     ) -> Result<BatchOutcome, StoreError> {
-        let unit = unit.clone();
-        self.blocking(move |db| write_batch_txn(db, &unit, fence, &batch))
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        let job = group_commit::Job {
+            unit: unit.clone(),
+            fence,
+            batch,
+            reply,
+        };
+        self.commits.submit(job)?;
+        outcome
             .await
+            .map_err(|_| StoreError::Unavailable("the embedded committer stopped".into()))?
+    }
+
+    fn write_timings(&self) -> Vec<PhaseTotal> {
+        self.timings.snapshot()
     }
 
     async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {

@@ -1,0 +1,237 @@
+//! Group commit: every `write_batch` waiting at the same moment — several partitions of a shard,
+//! several shards, concurrent HTTP requests — goes into one redb transaction and one fsync.
+//!
+//! redb has one writer at a time, so separate transactions would queue anyway; merging them
+//! pays the commit (page writes and fsync) once per group instead of once per batch. Each batch
+//! keeps its own fence check and its own outcome: a fenced batch writes nothing and gets
+//! `Fenced`, the others in the group still land. A storage error fails the whole group (nothing
+//! of it is committed) and every caller retries.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use redb::{Database, ReadableTable, Table, WriteTransaction};
+use tokio::sync::oneshot;
+
+use super::tables::*;
+use super::unavailable;
+use crate::store::codec::encode;
+use crate::store::timings::PhaseTimings;
+use crate::store::{BatchOutcome, Fence, IngestBatch, StoreError, StoredEventRef, UnitId};
+
+/// Most batches merged into one transaction.
+const GROUP: usize = 64;
+
+pub(super) struct Job {
+    pub unit: UnitId,
+    pub fence: Fence,
+    pub batch: Arc<IngestBatch>,
+    pub reply: oneshot::Sender<Result<BatchOutcome, StoreError>>,
+}
+
+/// The committer thread and its queue. Dropping it (with the last store clone) closes the queue
+/// and joins the thread, so the database file is closed when the store is gone and can be
+/// reopened at once.
+pub(super) struct Committer {
+    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Committer {
+    pub(super) fn submit(&self, job: Job) -> Result<(), StoreError> {
+        let stopped = || StoreError::Unavailable("the embedded committer stopped".into());
+        let queue = self.queue.lock().map_err(|_| stopped())?;
+        queue
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.take();
+        }
+        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the committer thread.
+pub(super) fn start(
+    db: Arc<Database>,
+    timings: Arc<PhaseTimings>,
+) -> Result<Committer, StoreError> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let thread = std::thread::Builder::new()
+        .name("embedded-commit".into())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut group = vec![first];
+                while group.len() < GROUP {
+                    match rx.try_recv() {
+                        Ok(job) => group.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let started = Instant::now();
+                let outcomes = commit_group(&db, &group);
+                timings.record(0, started);
+                match outcomes {
+                    Ok(outcomes) => {
+                        for (job, outcome) in group.into_iter().zip(outcomes) {
+                            let _ = job.reply.send(outcome);
+                        }
+                    }
+                    Err(e) => {
+                        for job in group {
+                            let _ = job.reply.send(Err(StoreError::Unavailable(e.to_string())));
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(unavailable)?;
+    Ok(Committer {
+        queue: Mutex::new(Some(tx)),
+        thread: Mutex::new(Some(thread)),
+    })
+}
+
+/// The tables a batch touches, opened once per transaction.
+struct Tables<'txn> {
+    units: Table<'txn, (&'static str, i32), (u64, i64)>,
+    dedup: Table<'txn, (&'static str, u128), u64>,
+    seqs: Table<'txn, &'static str, u64>,
+    events: Table<'txn, (&'static str, u64), &'static [u8]>,
+    quarantine: Table<'txn, u64, &'static [u8]>,
+    seen: Table<'txn, (&'static str, i32, i64), u64>,
+    counters: Table<'txn, &'static str, u64>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
+        Ok(Self {
+            units: txn.open_table(UNITS)?,
+            dedup: txn.open_table(DEDUP)?,
+            seqs: txn.open_table(TENANT_SEQ)?,
+            events: txn.open_table(EVENTS)?,
+            quarantine: txn.open_table(QUARANTINE)?,
+            seen: txn.open_table(QUARANTINE_SEEN)?,
+            counters: txn.open_table(COUNTERS)?,
+        })
+    }
+}
+
+fn commit_group(
+    db: &Database,
+    group: &[Job],
+) -> Result<Vec<Result<BatchOutcome, StoreError>>, StoreError> {
+    let txn = db.begin_write().map_err(unavailable)?;
+    let outcomes = {
+        let mut t = Tables::open(&txn).map_err(unavailable)?;
+        let mut heads: HashMap<String, u64> = HashMap::new();
+        let mut outcomes = Vec::with_capacity(group.len());
+        for job in group {
+            outcomes.push(apply(&mut t, &mut heads, &job.unit, job.fence, &job.batch)?);
+        }
+        for (tenant, head) in &heads {
+            t.seqs.insert(tenant.as_str(), head).map_err(unavailable)?;
+        }
+        outcomes
+    };
+    // Default durability is immediate: commit returns after fsync.
+    txn.commit().map_err(unavailable)?;
+    Ok(outcomes)
+}
+
+/// One batch inside the group's transaction. The outer error is a storage failure (abort the
+/// group); the inner one is this batch's own refusal (fenced).
+fn apply(
+    t: &mut Tables<'_>,
+    heads: &mut HashMap<String, u64>,
+    unit: &UnitId,
+    fence: Fence,
+    batch: &IngestBatch,
+) -> Result<Result<BatchOutcome, StoreError>, StoreError> {
+    let (current, _) = t
+        .units
+        .get((unit.topic.as_str(), unit.partition))
+        .map_err(unavailable)?
+        .map_or((0, -1), |g| g.value());
+    if fence != Fence::UNFENCED && current != fence.generation {
+        return Ok(Err(StoreError::Fenced {
+            topic: unit.topic.clone(),
+            partition: unit.partition,
+            ours: fence.generation,
+            current,
+        }));
+    }
+    let mut outcome = BatchOutcome::default();
+    for event in &batch.events {
+        let tenant = event.tenant.as_str();
+        let id = event.id.as_u128();
+        let head = match heads.get(tenant) {
+            Some(h) => *h,
+            None => t
+                .seqs
+                .get(tenant)
+                .map_err(unavailable)?
+                .map_or(0, |g| g.value()),
+        };
+        let seq = head + 1;
+        // `insert` returns the previous value, so one B-tree walk both checks and marks. A
+        // duplicate's mark is put back as it was (first write wins) and takes no seq.
+        let previous = t
+            .dedup
+            .insert((tenant, id), seq)
+            .map_err(unavailable)?
+            .map(|g| g.value());
+        if let Some(first) = previous {
+            t.dedup.insert((tenant, id), first).map_err(unavailable)?;
+            outcome.duplicates.push((event.tenant.clone(), event.id));
+            continue;
+        }
+        heads.insert(event.tenant.clone(), seq);
+        let row = encode(&StoredEventRef { seq, event });
+        t.events
+            .insert((tenant, seq), row.as_slice())
+            .map_err(unavailable)?;
+        outcome.stored.push((event.tenant.clone(), event.id, seq));
+    }
+    let mut next_q = t
+        .counters
+        .get(QUARANTINE_NEXT)
+        .map_err(unavailable)?
+        .map_or(0, |g| g.value());
+    for record in &batch.quarantined {
+        // A Kafka record replayed after a crash is quarantined once; HTTP records (offset -1)
+        // have no position to recognise them by.
+        let key = (record.topic.as_str(), record.partition, record.offset);
+        if record.offset >= 0 {
+            if t.seen.get(key).map_err(unavailable)?.is_some() {
+                continue;
+            }
+            t.seen.insert(key, next_q).map_err(unavailable)?;
+        }
+        t.quarantine
+            .insert(next_q, encode(record).as_slice())
+            .map_err(unavailable)?;
+        next_q += 1;
+        outcome.quarantined += 1;
+    }
+    t.counters
+        .insert(QUARANTINE_NEXT, next_q)
+        .map_err(unavailable)?;
+    if let (Some(next), false) = (batch.next_offset, fence == Fence::UNFENCED) {
+        t.units
+            .insert((unit.topic.as_str(), unit.partition), (current, next))
+            .map_err(unavailable)?;
+    }
+    Ok(Ok(outcome))
+}

@@ -1,0 +1,137 @@
+//! The hub under test: started as a child process on the chosen store, on loopback, and read
+//! through `/metrics` and `/proc`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which store the hub runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreChoice {
+    Embedded,
+    Cql,
+}
+
+pub struct HubSpec<'a> {
+    pub bin: &'a Path,
+    pub store: StoreChoice,
+    pub kafka: &'a str,
+    pub cql: &'a str,
+    pub group: &'a str,
+    pub data_dir: &'a Path,
+    pub port: u16,
+}
+
+pub struct Hub {
+    child: Child,
+    pub url: String,
+}
+
+/// The hub binary next to this one (both come from the same `cargo build --release`).
+pub fn default_bin() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("streaming-hub")))
+        .unwrap_or_else(|| PathBuf::from("streaming-hub"))
+}
+
+impl Hub {
+    pub fn start(spec: &HubSpec<'_>) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(spec.bin);
+        cmd.env("STREAMING_HUB_DATA_DIR", spec.data_dir)
+            .env(
+                "STREAMING_HUB_HTTP_ADDR",
+                format!("127.0.0.1:{}", spec.port),
+            )
+            .env("STREAMING_HUB_KAFKA_BROKERS", spec.kafka)
+            .env("STREAMING_HUB_KAFKA_GROUP", spec.group)
+            .env("STREAMING_HUB_KAFKA_METADATA_REFRESH_MS", "1000")
+            .env("STREAMING_HUB_LOG", "warn")
+            .stdout(Stdio::null());
+        if spec.store == StoreChoice::Cql {
+            cmd.env("STREAMING_HUB_STORE", "cql")
+                .env("STREAMING_HUB_CQL_NODES", spec.cql)
+                .env("STREAMING_HUB_CQL_KEYSPACE", "streaming_hub_loadtest");
+        }
+        let child = cmd.spawn().map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start the hub at {}: {e} (build it: cargo build --release -p hub-engine)",
+                spec.bin.display()
+            )
+        })?;
+        Ok(Self {
+            child,
+            url: format!("http://127.0.0.1:{}", spec.port),
+        })
+    }
+
+    pub async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("the hub exited during start: {status}");
+            }
+            if reqwest::get(format!("{}/ready", self.url))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("the hub was not ready within {limit:?}")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Every integer sample of `/metrics`, by series name with labels.
+    pub async fn metrics(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let text = reqwest::get(format!("{}/metrics", self.url))
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// SIGTERM and wait (the hub drains and commits on the way out).
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+/// Resident and peak resident memory of a process, in KiB, from `/proc/<pid>/status`.
+pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// A free loopback port.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

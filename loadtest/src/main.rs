@@ -1,0 +1,114 @@
+//! `loadtest`: the command benchmarkers run. It produces CloudEvents to Kafka the way Lerian's
+//! producers do, runs the hub on the chosen store as a child process on loopback, follows how fast
+//! records become durable, measures the raw rdkafka consume rate of the same topic in the same run,
+//! checks the hub's counters exactly, and writes `report.json`, `report.md` and SVG plots.
+//!
+//! Webhook receivers and end-to-end latency join when delivery lands (issue 6).
+
+mod hub;
+mod kafka;
+mod machine;
+mod report;
+mod run;
+mod scenario;
+mod svg;
+mod workload;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadtest",
+    about = "Load test the Streaming Hub and write a report"
+)]
+struct Cli {
+    /// A built-in scenario (ingest-backlog, steady, burst, hot-tenant) or a TOML file.
+    #[arg(long, default_value = "steady")]
+    scenario: String,
+    /// The store the hub runs on.
+    #[arg(long, value_enum, default_value = "embedded")]
+    store: hub::StoreChoice,
+    /// Kafka bootstrap servers (loopback).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    kafka: String,
+    /// CQL contact point, for --store cql.
+    #[arg(long, default_value = "127.0.0.1:9042")]
+    cql: String,
+    /// The hub binary; default: `streaming-hub` next to this binary.
+    #[arg(long)]
+    hub_bin: Option<PathBuf>,
+    /// Report directory; default `loadtest/reports/<scenario>-<store>`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Overrides the scenario's record count.
+    #[arg(long)]
+    records: Option<u64>,
+    /// Overrides a steady scenario's rate (records per second).
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Overrides a steady scenario's duration (seconds).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Seed of the workload's random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
+    /// ingest them too).
+    #[arg(long)]
+    delete_other_topics: bool,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut scenario = scenario::Scenario::load(&cli.scenario)?;
+    if let Some(n) = cli.records {
+        scenario.records = n;
+    }
+    if let Some(r) = cli.rate {
+        scenario.rate = r;
+    }
+    if let Some(d) = cli.duration {
+        scenario.duration_s = d;
+    }
+    scenario.validate()?;
+    let out = cli.out.clone().unwrap_or_else(|| {
+        let store = match cli.store {
+            hub::StoreChoice::Embedded => "embedded",
+            hub::StoreChoice::Cql => "cql",
+        };
+        PathBuf::from(format!("loadtest/reports/{}-{store}", scenario.name))
+    });
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = run::run(run::RunArgs {
+        scenario,
+        store: cli.store,
+        kafka: cli.kafka,
+        cql: cli.cql,
+        hub_bin: cli.hub_bin.unwrap_or_else(hub::default_bin),
+        seed: cli.seed,
+        delete_other_topics: cli.delete_other_topics,
+        command,
+    })
+    .await?;
+    report.write(&out)?;
+    println!(
+        "{} on {:?}: hub {:.0} records/s durable, raw consume {:.0} records/s (×{:.2}); max lag {}; RSS peak {:.0} MiB; checks {}. Report: {}",
+        report.scenario.name,
+        report.store,
+        report.hub.durable_rate,
+        report.baseline.raw_consume_rate,
+        report.ratio_to_raw(),
+        report.hub.max_lag_records,
+        report.hub.rss_kib_peak as f64 / 1024.0,
+        if report.passed() { "all exact" } else { "MISMATCH" },
+        out.join("report.md").display()
+    );
+    anyhow::ensure!(
+        report.passed(),
+        "the hub's counters do not match what was produced"
+    );
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! The run's report: JSON for machines, Markdown with SVG plots for people. Every figure sits next
+//! to the physical limit measured in the same run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::hub::StoreChoice;
+use crate::kafka::ProducedCounts;
+use crate::machine::Machine;
+use crate::scenario::{Mode, Scenario};
+use crate::svg::{line_chart, Series};
+
+/// One observation of the run, every `SAMPLE_MS`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    /// Records acknowledged by Kafka so far.
+    pub produced: u64,
+    /// Records whose offsets the hub committed (durable in its store).
+    pub durable: u64,
+    pub rss_kib: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Baseline {
+    pub raw_consume_records: u64,
+    pub raw_consume_seconds: f64,
+    pub raw_consume_rate: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseShare {
+    pub phase: String,
+    pub batches: u64,
+    pub seconds: f64,
+    /// Mean milliseconds per batch in this phase.
+    pub mean_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HubFigures {
+    /// Records made durable per second while the hub was draining (first to last commit).
+    pub durable_rate: f64,
+    pub durable_seconds: f64,
+    /// From process start to its first commit (group join included).
+    pub startup_seconds: f64,
+    pub max_lag_records: u64,
+    /// Steady runs: from the end of production to zero lag.
+    pub drain_after_production_seconds: Option<f64>,
+    pub rss_kib_end: u64,
+    pub rss_kib_peak: u64,
+    pub counters: BTreeMap<String, u64>,
+    pub store_phases: Vec<PhaseShare>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub what: String,
+    pub expected: u64,
+    pub actual: u64,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: Scenario,
+    pub store: StoreChoice,
+    pub command: String,
+    pub commit: String,
+    pub machine: Machine,
+    pub started_at: String,
+    pub topic: String,
+    pub produced: ProducedCounts,
+    pub produce_seconds: f64,
+    pub produce_rate: f64,
+    pub baseline: Baseline,
+    pub hub: HubFigures,
+    pub checks: Vec<Check>,
+    pub timeline: Vec<Sample>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    pub fn ratio_to_raw(&self) -> f64 {
+        if self.baseline.raw_consume_rate > 0.0 {
+            self.hub.durable_rate / self.baseline.raw_consume_rate
+        } else {
+            0.0
+        }
+    }
+
+    /// Writes `report.json`, `report.md`, `throughput.svg` and `lag.svg` into `dir`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self)?)?;
+        std::fs::write(dir.join("throughput.svg"), self.throughput_chart())?;
+        std::fs::write(dir.join("lag.svg"), self.lag_chart())?;
+        std::fs::write(dir.join("report.md"), self.markdown())?;
+        Ok(())
+    }
+
+    /// Rates between consecutive samples, smoothed over one second.
+    fn rates(&self, pick: impl Fn(&Sample) -> u64) -> Vec<(f64, f64)> {
+        let window = (1000 / crate::run::SAMPLE_MS).max(1) as usize;
+        self.timeline
+            .windows(window + 1)
+            .map(|w| {
+                let (a, b) = (w[0], w[window]);
+                let dt = (b.t_s - a.t_s).max(1e-9);
+                (b.t_s, (pick(&b).saturating_sub(pick(&a))) as f64 / dt)
+            })
+            .collect()
+    }
+
+    fn throughput_chart(&self) -> String {
+        let mut series = vec![Series {
+            name: "hub: records made durable per second",
+            points: self.rates(|s| s.durable),
+        }];
+        if self.scenario.mode == Mode::Steady {
+            series.push(Series {
+                name: "load: records produced per second",
+                points: self.rates(|s| s.produced),
+            });
+        }
+        let raw = self.baseline.raw_consume_rate;
+        let last = self.timeline.last().map_or(1.0, |s| s.t_s);
+        series.push(Series {
+            name: "raw rdkafka consume rate (same topic, same run)",
+            points: vec![(0.0, raw), (last, raw)],
+        });
+        line_chart(
+            &format!(
+                "{} on {:?}: throughput over time",
+                self.scenario.name, self.store
+            ),
+            "seconds since the hub started",
+            "records per second",
+            &series,
+        )
+    }
+
+    fn lag_chart(&self) -> String {
+        let points = self
+            .timeline
+            .iter()
+            .map(|s| (s.t_s, s.produced.saturating_sub(s.durable) as f64))
+            .collect();
+        line_chart(
+            &format!(
+                "{} on {:?}: lag (produced, not yet durable)",
+                self.scenario.name, self.store
+            ),
+            "seconds since the hub started",
+            "records",
+            &[Series {
+                name: "lag",
+                points,
+            }],
+        )
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let s = &self.scenario;
+        let _ = writeln!(
+            md,
+            "# Load test: `{}` on the {:?} store\n",
+            s.name, self.store
+        );
+        let _ = writeln!(md, "{}\n", s.description);
+        let _ = writeln!(md, "- Command: `{}`", self.command);
+        let _ = writeln!(md, "- Commit: `{}`", self.commit);
+        let _ = writeln!(
+            md,
+            "- Machine: {} × {}, {} GiB, Linux {}",
+            self.machine.cpus, self.machine.cpu_model, self.machine.memory_gib, self.machine.kernel
+        );
+        let _ = writeln!(
+            md,
+            "- Started: {} · topic `{}` ({} partitions)\n",
+            self.started_at, self.topic, s.partitions
+        );
+        let _ = writeln!(md, "## Headline\n");
+        let _ = writeln!(md, "| figure | value |\n|---|---|");
+        let _ = writeln!(
+            md,
+            "| hub: Kafka → durable inbox | **{:.0} records/s** over {:.1} s |",
+            self.hub.durable_rate, self.hub.durable_seconds
+        );
+        let _ = writeln!(
+            md,
+            "| raw rdkafka consume of the same topic (physical limit) | {:.0} records/s over {:.1} s |",
+            self.baseline.raw_consume_rate, self.baseline.raw_consume_seconds
+        );
+        let _ = writeln!(md, "| hub ÷ raw | {:.2} |", self.ratio_to_raw());
+        let _ = writeln!(
+            md,
+            "| load produced | {} records in {:.1} s ({:.0}/s) |",
+            self.produced.total, self.produce_seconds, self.produce_rate
+        );
+        let _ = writeln!(md, "| max lag | {} records |", self.hub.max_lag_records);
+        if let Some(d) = self.hub.drain_after_production_seconds {
+            let _ = writeln!(md, "| lag back to zero after production ended | {d:.2} s |");
+        }
+        let _ = writeln!(
+            md,
+            "| hub start → first commit | {:.1} s |",
+            self.hub.startup_seconds
+        );
+        let _ = writeln!(
+            md,
+            "| hub RSS at end / peak | {:.1} MiB / {:.1} MiB |",
+            self.hub.rss_kib_end as f64 / 1024.0,
+            self.hub.rss_kib_peak as f64 / 1024.0
+        );
+        let _ = writeln!(md, "\n![throughput](throughput.svg)\n\n![lag](lag.svg)\n");
+        let _ = writeln!(
+            md,
+            "## Exactness\n\n| check | expected | hub | |\n|---|---|---|---|"
+        );
+        for c in &self.checks {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                c.what,
+                c.expected,
+                c.actual,
+                if c.ok { "ok" } else { "**MISMATCH**" }
+            );
+        }
+        let _ = writeln!(md, "\n## Where the store's write time goes\n");
+        let _ = writeln!(
+            md,
+            "| phase | batches | total s | mean ms per batch |\n|---|---|---|---|"
+        );
+        for p in &self.hub.store_phases {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {:.2} |",
+                p.phase, p.batches, p.seconds, p.mean_ms
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nPhases of one partition batch run one after another; batches of different partitions \
+             (and shards) overlap, so totals can exceed the wall time.\n"
+        );
+        let _ = writeln!(
+            md,
+            "## Produced\n\n| valid | duplicates | malformed | system | total |\n|---|---|---|---|---|\n| {} | {} | {} | {} | {} |",
+            self.produced.valid, self.produced.duplicates, self.produced.malformed, self.produced.system, self.produced.total
+        );
+        md
+    }
+}

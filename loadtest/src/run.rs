@@ -1,0 +1,390 @@
+//! One run: topic → (backlog: produce, then start the hub) or (steady: start the hub, then produce
+//! at the scenario's rate) → follow durable progress → baselines → checks → report.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::hub::{self, Hub, HubSpec, StoreChoice};
+use crate::kafka::{self, Budget, CommittedReader, ProducedCounts};
+use crate::report::{Baseline, Check, HubFigures, PhaseShare, Report, Sample};
+use crate::scenario::{Mode, Scenario};
+use crate::workload::Generator;
+
+/// How often progress is sampled.
+pub const SAMPLE_MS: u64 = 100;
+/// The longest a run waits for the hub to make everything durable.
+const DRAIN_LIMIT: Duration = Duration::from_secs(600);
+
+pub struct RunArgs {
+    pub scenario: Scenario,
+    pub store: StoreChoice,
+    pub kafka: String,
+    pub cql: String,
+    pub hub_bin: PathBuf,
+    pub seed: u64,
+    pub delete_other_topics: bool,
+    pub command: String,
+}
+
+/// Follows the hub's durable progress on its own thread (the committed-offset reads block).
+struct Sampler {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    durable: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(reader: CommittedReader, produced: Arc<AtomicU64>, pid: u32, t0: Instant) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let durable = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (samples, durable, stop) = (samples.clone(), durable.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut next = Instant::now();
+                let mut last_print = Instant::now();
+                while !stop.load(Ordering::Acquire) {
+                    let done = reader.committed();
+                    durable.store(done, Ordering::Release);
+                    let made = produced.load(Ordering::Acquire);
+                    let rss = hub::rss_kib(pid).map_or(0, |(rss, _)| rss);
+                    let sample = Sample {
+                        t_s: t0.elapsed().as_secs_f64(),
+                        produced: made,
+                        durable: done,
+                        rss_kib: rss,
+                    };
+                    if let Ok(mut s) = samples.lock() {
+                        s.push(sample);
+                    }
+                    if last_print.elapsed() >= Duration::from_secs(1) {
+                        last_print = Instant::now();
+                        eprintln!(
+                            "[loadtest] t={:>6.1}s produced={made:>9} durable={done:>9} lag={:>8} rss={:.0}MiB",
+                            sample.t_s,
+                            made.saturating_sub(done),
+                            rss as f64 / 1024.0
+                        );
+                    }
+                    next += Duration::from_millis(SAMPLE_MS);
+                    if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                        std::thread::park_timeout(wait);
+                    }
+                }
+            })
+        };
+        Self {
+            samples,
+            durable,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn durable(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        self.samples.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+async fn wait_durable(sampler: &Sampler, total: u64, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while sampler.durable() < total {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the hub made {} of {total} records durable within {limit:?}",
+            sampler.durable()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Produce as fast as Kafka takes it.
+fn flat_out(records: u64) -> impl FnMut(Duration, u64) -> Budget {
+    move |_, n| {
+        if n >= records {
+            Budget::Done
+        } else {
+            Budget::Send((records - n).min(10_000))
+        }
+    }
+}
+
+/// Produce at the scenario's rate (bursts included) until its duration or record count.
+fn paced(scenario: &Scenario, already: u64) -> impl FnMut(Duration, u64) -> Budget + '_ {
+    let mut allowed = 0.0f64;
+    let mut last = Duration::ZERO;
+    let end = Duration::from_secs(scenario.duration_s);
+    move |elapsed, n| {
+        let n = n - already;
+        if elapsed >= end || n >= scenario.records {
+            return Budget::Done;
+        }
+        allowed += scenario.rate_at(elapsed.as_secs_f64()) as f64 * (elapsed - last).as_secs_f64();
+        last = elapsed;
+        let due = allowed as u64;
+        if due > n {
+            Budget::Send((due - n).min(5_000))
+        } else {
+            Budget::Wait(Duration::from_millis(2))
+        }
+    }
+}
+
+fn figures(samples: &[Sample], total: u64) -> (f64, f64, f64, u64) {
+    let first = samples.iter().find(|s| s.durable > 0);
+    let done = samples.iter().find(|s| s.durable >= total);
+    let startup = first.map_or(0.0, |s| s.t_s);
+    let (rate, seconds) = match (first, done) {
+        (Some(a), Some(b)) if b.t_s > a.t_s => (
+            (b.durable - a.durable) as f64 / (b.t_s - a.t_s),
+            b.t_s - a.t_s,
+        ),
+        _ => (0.0, 0.0),
+    };
+    let max_lag = samples
+        .iter()
+        .map(|s| s.produced.saturating_sub(s.durable))
+        .max()
+        .unwrap_or(0);
+    (rate, seconds, startup, max_lag)
+}
+
+fn phases(counters: &BTreeMap<String, u64>) -> Vec<PhaseShare> {
+    const NANOS: &str = "streaming_hub_store_write_phase_nanoseconds_total{phase=\"";
+    const COUNT: &str = "streaming_hub_store_write_phase_total{phase=\"";
+    counters
+        .iter()
+        .filter_map(|(k, nanos)| {
+            let phase = k.strip_prefix(NANOS)?.strip_suffix("\"}")?;
+            let batches = counters
+                .get(&format!("{COUNT}{phase}\"}}"))
+                .copied()
+                .unwrap_or(0);
+            let seconds = *nanos as f64 / 1e9;
+            Some(PhaseShare {
+                phase: phase.to_owned(),
+                batches,
+                seconds,
+                mean_ms: if batches > 0 {
+                    seconds * 1e3 / batches as f64
+                } else {
+                    0.0
+                },
+            })
+        })
+        .collect()
+}
+
+fn checks(produced: &ProducedCounts, counters: &BTreeMap<String, u64>, durable: u64) -> Vec<Check> {
+    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
+    let quarantined: u64 = counters
+        .iter()
+        .filter(|(k, _)| k.starts_with("streaming_hub_ingest_quarantined_total"))
+        .map(|(_, v)| v)
+        .sum();
+    let check = |what: &str, expected: u64, actual: u64| Check {
+        what: what.to_owned(),
+        expected,
+        actual,
+        ok: expected == actual,
+    };
+    vec![
+        check(
+            "records durable (committed offsets)",
+            produced.total,
+            durable,
+        ),
+        check(
+            "accepted (valid + re-sent duplicates)",
+            produced.valid + produced.duplicates,
+            get("streaming_hub_ingest_verdicts_total{verdict=\"accepted\"}"),
+        ),
+        check(
+            "deduplicated",
+            produced.duplicates,
+            get("streaming_hub_ingest_verdicts_total{verdict=\"deduplicated\"}"),
+        ),
+        check("quarantined", produced.malformed, quarantined),
+        check(
+            "system events dropped",
+            produced.system,
+            get("streaming_hub_ingest_verdicts_total{verdict=\"dropped_system\"}"),
+        ),
+    ]
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
+    let scenario = &args.scenario;
+    let run_id = format!("lt{}", &uuid::Uuid::now_v7().simple().to_string()[..16]);
+    let topic = format!("lerian.streaming.{run_id}");
+    let others = kafka::other_ingest_topics(&args.kafka, &topic)?;
+    if !others.is_empty() {
+        anyhow::ensure!(
+            args.delete_other_topics,
+            "{} other lerian.streaming.* topics are on the broker (e.g. {}); a fresh hub group would \
+             ingest them too and skew the figures. Delete them, or pass --delete-other-topics.",
+            others.len(),
+            others[0]
+        );
+        kafka::delete_topics(&args.kafka, &others).await?;
+    }
+    kafka::create_topic(&args.kafka, &topic, scenario.partitions).await?;
+    let started_at = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let producer = kafka::producer(&args.kafka)?;
+    let mut generator = Generator::new(scenario, &run_id, &run_id, args.seed);
+    let acked = Arc::new(AtomicU64::new(0));
+    let data_dir = tempfile::tempdir()?;
+    let group = format!("{run_id}-hub");
+    let port = hub::free_port()?;
+    let spec = HubSpec {
+        bin: &args.hub_bin,
+        store: args.store,
+        kafka: &args.kafka,
+        cql: &args.cql,
+        group: &group,
+        data_dir: data_dir.path(),
+        port,
+    };
+
+    let (produced, produce_seconds, hub, samples, drain_after) = match scenario.mode {
+        Mode::Backlog => {
+            eprintln!(
+                "[loadtest] producing {} records to {topic}",
+                scenario.records
+            );
+            let t = Instant::now();
+            let counts = kafka::produce(
+                &producer,
+                &topic,
+                &mut generator,
+                flat_out(scenario.records),
+                |_| {},
+            )
+            .await?;
+            let produce_seconds = t.elapsed().as_secs_f64();
+            acked.store(counts.total, Ordering::Release);
+            let t0 = Instant::now();
+            let mut hub = Hub::start(&spec)?;
+            hub.wait_ready(Duration::from_secs(60)).await?;
+            let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
+            let sampler = Sampler::start(reader, acked.clone(), hub.pid(), t0);
+            wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
+            tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
+            (counts, produce_seconds, hub, sampler.finish(), None)
+        }
+        Mode::Steady => {
+            let t0 = Instant::now();
+            let mut hub = Hub::start(&spec)?;
+            hub.wait_ready(Duration::from_secs(60)).await?;
+            let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
+            let sampler = Sampler::start(reader, acked.clone(), hub.pid(), t0);
+            // Warm-up: a few records, until the hub has joined the group and made them durable.
+            let warm = u64::try_from(scenario.partitions).unwrap_or(1) * 10;
+            let mut counts =
+                kafka::produce(&producer, &topic, &mut generator, flat_out(warm), |_| {}).await?;
+            acked.store(counts.total, Ordering::Release);
+            wait_durable(&sampler, counts.total, Duration::from_secs(120)).await?;
+            eprintln!(
+                "[loadtest] hub joined; producing at {}/s for {} s",
+                scenario.rate, scenario.duration_s
+            );
+            let t = Instant::now();
+            let base = counts.total;
+            let ack_counter = acked.clone();
+            let more = kafka::produce(
+                &producer,
+                &topic,
+                &mut generator,
+                paced(scenario, base),
+                |n| {
+                    ack_counter.store(base + n, Ordering::Release);
+                },
+            )
+            .await?;
+            let produce_seconds = t.elapsed().as_secs_f64();
+            counts.total += more.total;
+            counts.valid += more.valid;
+            counts.duplicates += more.duplicates;
+            counts.malformed += more.malformed;
+            counts.system += more.system;
+            acked.store(counts.total, Ordering::Release);
+            let end = Instant::now();
+            wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
+            let drain = end.elapsed().as_secs_f64();
+            tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
+            (counts, produce_seconds, hub, sampler.finish(), Some(drain))
+        }
+    };
+
+    let counters = hub.metrics().await?;
+    let (rss_end, rss_peak) = hub::rss_kib(hub.pid()).unwrap_or((0, 0));
+    hub.stop()?;
+    eprintln!("[loadtest] raw consume baseline on {topic}");
+    let (kafka_addr, topic_name, partitions, total) = (
+        args.kafka.clone(),
+        topic.clone(),
+        scenario.partitions,
+        produced.total,
+    );
+    let (raw_records, raw_seconds) = tokio::task::spawn_blocking(move || {
+        kafka::raw_consume(
+            &kafka_addr,
+            &topic_name,
+            partitions,
+            total,
+            Duration::from_secs(300),
+        )
+    })
+    .await??;
+    let durable = samples.last().map_or(0, |s| s.durable);
+    let (durable_rate, durable_seconds, startup, max_lag) = figures(&samples, produced.total);
+    let report = Report {
+        scenario: scenario.clone(),
+        store: args.store,
+        command: args.command,
+        commit: crate::machine::commit(),
+        machine: crate::machine::machine(),
+        started_at,
+        topic: topic.clone(),
+        produced,
+        produce_seconds,
+        produce_rate: produced.total as f64 / produce_seconds.max(1e-9),
+        baseline: Baseline {
+            raw_consume_records: raw_records,
+            raw_consume_seconds: raw_seconds,
+            raw_consume_rate: raw_records as f64 / raw_seconds.max(1e-9),
+        },
+        hub: HubFigures {
+            durable_rate,
+            durable_seconds,
+            startup_seconds: startup,
+            max_lag_records: max_lag,
+            drain_after_production_seconds: drain_after,
+            rss_kib_end: rss_end,
+            rss_kib_peak: rss_peak,
+            store_phases: phases(&counters),
+            counters,
+        },
+        checks: Vec::new(),
+        timeline: samples,
+    };
+    let checks = checks(&report.produced, &report.hub.counters, durable);
+    kafka::delete_topics(&args.kafka, &[topic]).await?;
+    Ok(Report { checks, ..report })
+}
