@@ -124,12 +124,11 @@ fn flat_out(records: u64) -> impl FnMut(Duration, u64) -> Budget {
 }
 
 /// Produce at the scenario's rate (bursts included) until its duration or record count.
-fn paced(scenario: &Scenario, already: u64) -> impl FnMut(Duration, u64) -> Budget + '_ {
+fn paced(scenario: &Scenario) -> impl FnMut(Duration, u64) -> Budget + '_ {
     let mut allowed = 0.0f64;
     let mut last = Duration::ZERO;
     let end = Duration::from_secs(scenario.duration_s);
     move |elapsed, n| {
-        let n = n - already;
         if elapsed >= end || n >= scenario.records {
             return Budget::Done;
         }
@@ -307,15 +306,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let t = Instant::now();
             let base = counts.total;
             let ack_counter = acked.clone();
-            let more = kafka::produce(
-                &producer,
-                &topic,
-                &mut generator,
-                paced(scenario, base),
-                |n| {
-                    ack_counter.store(base + n, Ordering::Release);
-                },
-            )
+            let more = kafka::produce(&producer, &topic, &mut generator, paced(scenario), |n| {
+                ack_counter.store(base + n, Ordering::Release);
+            })
             .await?;
             let produce_seconds = t.elapsed().as_secs_f64();
             counts.total += more.total;

@@ -24,10 +24,13 @@ pub enum Kind {
 #[derive(Debug, Clone)]
 pub struct Record {
     pub key: String,
-    pub headers: Vec<(&'static str, Vec<u8>)>,
+    pub headers: Headers,
     pub value: Vec<u8>,
     pub kind: Kind,
 }
+
+/// Header name and value, as the producer writes them.
+pub type Headers = Vec<(&'static str, Vec<u8>)>;
 
 /// Re-sent duplicates are drawn from this many recent valid records.
 const RECENT: usize = 10_000;
@@ -51,7 +54,7 @@ pub struct Generator {
     malformed: f64,
     system: f64,
     payload_bytes: usize,
-    recent: VecDeque<(String, Vec<(&'static str, Vec<u8>)>)>,
+    recent: VecDeque<(String, Headers)>,
     produced: u64,
 }
 
@@ -113,7 +116,7 @@ impl Generator {
         self.tenants[index].clone()
     }
 
-    fn headers(&mut self, tenant: &str) -> Vec<(&'static str, Vec<u8>)> {
+    fn headers(&mut self, tenant: &str) -> Headers {
         let (resource, event) = EVENTS[self.rng.gen_range(0..EVENTS.len())];
         let time = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)

@@ -103,9 +103,10 @@ pub fn run_ingest_consumer(
         shards,
         waiting: HashMap::new(),
     };
+    let mut committer = Committer::new(&consumer, commits);
     let mut last_sweep = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        commit_reported(&consumer, &commits, CommitMode::Async);
+        committer.commit(CommitMode::Async);
         router.retry_waiting();
         let timeout = if router.waiting.is_empty() { 100 } else { 5 };
         match consumer.poll(Duration::from_millis(timeout)) {
@@ -123,35 +124,68 @@ pub fn run_ingest_consumer(
     drop(router);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !shards_done.load(Ordering::Acquire) && Instant::now() < deadline {
-        commit_reported(&consumer, &commits, CommitMode::Async);
+        committer.commit(CommitMode::Async);
         std::thread::park_timeout(Duration::from_millis(50));
     }
-    commit_reported(&consumer, &commits, CommitMode::Sync);
+    committer.commit(CommitMode::Sync);
     Ok(())
 }
 
-/// Commits every reported position (the highest per partition).
-fn commit_reported(consumer: &BaseConsumer, commits: &mpsc::Receiver<Commit>, mode: CommitMode) {
-    let mut highest: HashMap<(String, i32), i64> = HashMap::new();
-    while let Ok(c) = commits.try_recv() {
-        let e = highest
-            .entry((c.topic, c.partition))
-            .or_insert(c.next_offset);
-        *e = (*e).max(c.next_offset);
-    }
-    if highest.is_empty() {
-        return;
-    }
-    let mut tpl = TopicPartitionList::new();
-    for ((topic, partition), next) in &highest {
-        if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
-            tracing::warn!(error = %e, topic, partition, "bad commit position");
+/// How often reported positions are committed. Shards report after every durable batch, which
+/// under a light load is hundreds of times a second; committing each one would load the group
+/// coordinator for nothing (a commit that lags the store by this much only means a slightly
+/// longer replay after a crash, which dedup absorbs).
+const COMMIT_EVERY: Duration = Duration::from_millis(100);
+
+/// Positions shards reported durable, committed to Kafka in batches.
+struct Committer<'c> {
+    consumer: &'c BaseConsumer,
+    reports: mpsc::Receiver<Commit>,
+    /// The highest reported next offset per partition, not yet committed.
+    pending: HashMap<(String, i32), i64>,
+    last: Instant,
+}
+
+impl<'c> Committer<'c> {
+    fn new(consumer: &'c BaseConsumer, reports: mpsc::Receiver<Commit>) -> Self {
+        Self {
+            consumer,
+            reports,
+            pending: HashMap::new(),
+            last: Instant::now(),
         }
     }
-    if let Err(e) = consumer.commit(&tpl, mode) {
-        // Not fatal: the partition may have moved to another member; the new owner replays
-        // from the last commit and dedup absorbs the replay.
-        tracing::warn!(error = %e, "offset commit failed");
+
+    fn collect(&mut self) {
+        while let Ok(c) = self.reports.try_recv() {
+            let e = self
+                .pending
+                .entry((c.topic, c.partition))
+                .or_insert(c.next_offset);
+            *e = (*e).max(c.next_offset);
+        }
+    }
+
+    /// Commits what was reported if `COMMIT_EVERY` has passed (or always, for `Sync`).
+    fn commit(&mut self, mode: CommitMode) {
+        self.collect();
+        if self.pending.is_empty()
+            || (matches!(mode, CommitMode::Async) && self.last.elapsed() < COMMIT_EVERY)
+        {
+            return;
+        }
+        self.last = Instant::now();
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), next) in self.pending.drain() {
+            if let Err(e) = tpl.add_partition_offset(&topic, partition, Offset::Offset(next)) {
+                tracing::warn!(error = %e, topic, partition, "bad commit position");
+            }
+        }
+        if let Err(e) = self.consumer.commit(&tpl, mode) {
+            // Not fatal: the partition may have moved to another member; the new owner replays
+            // from the last commit and dedup absorbs the replay.
+            tracing::warn!(error = %e, "offset commit failed");
+        }
     }
 }
 

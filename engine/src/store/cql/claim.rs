@@ -10,16 +10,23 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::{Consistency, SerialConsistency};
 use uuid::Uuid;
 
+use super::log::BoxedRow;
 use super::log::Pending;
-use super::lwt::LwtAnswer;
+use super::lwt::{existing_ids, LwtAnswer};
 use super::{as_i64, unavailable, CqlStore, DEDUP_CLAIMS, LOG_APPENDS};
 use crate::clock::now_ms;
 use crate::store::{BatchOutcome, InboxEvent, StoreError, UnitId};
 
-/// Claims in flight at once for one batch.
-const CLAIM_CONCURRENCY: usize = 128;
+/// Claim batches (or single claims) in flight at once for one batch.
+const CLAIM_CONCURRENCY: usize = 64;
+/// Most ids claimed in one conditional batch.
+const BATCH_CLAIM_MAX: usize = 64;
+/// Refused claim batches retried (without the ids that clashed) before going one by one.
+const BATCH_CLAIM_ROUNDS: usize = 3;
 
 /// How long an unfinished HTTP claim is presumed to belong to a request still running. HTTP
 /// claims have no owner to fence, so a second request waits this long before finishing one.
@@ -104,6 +111,77 @@ impl CqlStore {
         Ok(Claim::Resume { intent: prior })
     }
 
+    /// Claims several ids of one dedup partition with one conditional batch (one Paxos round
+    /// instead of one per id). When the batch is refused, the answer names the ids that exist:
+    /// those are claimed one by one (they are duplicates or our own unfinished claims) and the
+    /// rest tried again as a batch; after a few refusals everything left goes one by one.
+    async fn claim_partition(
+        &self,
+        unit: &UnitId,
+        fenced: bool,
+        events: &[InboxEvent],
+        guesses: &[u64],
+        mut members: Vec<usize>,
+    ) -> Result<Vec<(usize, Claim)>, StoreError> {
+        let mut out = Vec::with_capacity(members.len());
+        let mut one_by_one = Vec::new();
+        for _ in 0..BATCH_CLAIM_ROUNDS {
+            if members.len() < 2 {
+                break;
+            }
+            let now = now_ms();
+            let origins: Vec<String> = members
+                .iter()
+                .map(|&i| origin_of(unit, fenced, &events[i]))
+                .collect();
+            let mut batch = Batch::new(BatchType::Unlogged);
+            batch.set_consistency(Consistency::LocalQuorum);
+            batch.set_serial_consistency(Some(SerialConsistency::LocalSerial));
+            let mut values: Vec<BoxedRow<'_>> = Vec::with_capacity(members.len());
+            for (k, &i) in members.iter().enumerate() {
+                let e = &events[i];
+                batch.append_statement(self.st.claim_dedup.clone());
+                values.push(Box::new((
+                    &e.tenant,
+                    id_bucket(&e.id),
+                    e.id,
+                    origins[k].clone(),
+                    now,
+                    as_i64(guesses[i])?,
+                    Self::ttl(self.settings.dedup_ttl_s),
+                )));
+            }
+            let (applied, taken) = existing_ids(
+                self.session
+                    .batch(&batch, values)
+                    .await
+                    .map_err(unavailable)?,
+            )?;
+            if applied {
+                out.extend(
+                    members
+                        .iter()
+                        .map(|&i| (i, Claim::New { intent: guesses[i] })),
+                );
+                return Ok(out);
+            }
+            if taken.is_empty() {
+                break; // refused without saying why: go one by one
+            }
+            let (clash, rest): (Vec<usize>, Vec<usize>) = members
+                .iter()
+                .partition(|&&i| taken.contains(&events[i].id));
+            one_by_one.extend(clash);
+            members = rest;
+        }
+        one_by_one.extend(members);
+        let singles = one_by_one.into_iter().map(|i| async move {
+            Ok::<_, StoreError>((i, self.claim(unit, fenced, &events[i], guesses[i]).await?))
+        });
+        out.extend(futures::future::try_join_all(singles).await?);
+        Ok(out)
+    }
+
     /// Records a batch's events: claims, then one append per tenant (tenants in parallel, each
     /// tenant's events in batch order, so a partition's order is each tenant's seq order).
     pub(super) async fn store_events(
@@ -133,15 +211,32 @@ impl CqlStore {
 
         let guesses = &guesses;
         let started = Instant::now();
-        let claims: Vec<(usize, Claim)> =
-            futures::stream::iter((0..events.len()).filter(|i| first[*i]))
-                .map(|i| async move {
-                    let claim = self.claim(unit, fenced, &events[i], guesses[i]).await?;
-                    Ok::<_, StoreError>((i, claim))
-                })
-                .buffered(CLAIM_CONCURRENCY)
-                .try_collect()
-                .await?;
+        // Claims grouped by dedup partition (tenant, UUIDv7 hour), in batch order.
+        let mut partitions: Vec<((&str, i64), Vec<usize>)> = Vec::new();
+        let mut where_is: HashMap<(&str, i64), usize> = HashMap::new();
+        for i in (0..events.len()).filter(|i| first[*i]) {
+            let key = (events[i].tenant.as_str(), id_bucket(&events[i].id));
+            let slot = *where_is.entry(key).or_insert_with(|| {
+                partitions.push((key, Vec::new()));
+                partitions.len() - 1
+            });
+            match partitions[slot].1.len() {
+                n if n < BATCH_CLAIM_MAX => partitions[slot].1.push(i),
+                _ => {
+                    partitions.push((key, vec![i]));
+                    where_is.insert(key, partitions.len() - 1);
+                }
+            }
+        }
+        let groups: Vec<Vec<usize>> = partitions.into_iter().map(|(_, m)| m).collect();
+        let claims: Vec<(usize, Claim)> = futures::stream::iter(groups)
+            .map(|members| self.claim_partition(unit, fenced, events, guesses, members))
+            .buffered(CLAIM_CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
         self.timings.record(DEDUP_CLAIMS, started);
 
         let mut by_tenant: HashMap<&str, Vec<Pending<'_>>> = HashMap::new();

@@ -32,7 +32,7 @@ pub(super) struct Pending<'a> {
 /// Lost races tolerated in one append before the batch is failed (and retried by the shard).
 const APPEND_ATTEMPTS: usize = 1000;
 
-type BoxedRow<'a> = Box<dyn SerializeRow + Send + Sync + 'a>;
+pub(super) type BoxedRow<'a> = Box<dyn SerializeRow + Send + Sync + 'a>;
 
 impl CqlStore {
     fn bucket_of(&self, seq: u64) -> u64 {

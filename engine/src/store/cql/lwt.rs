@@ -79,3 +79,31 @@ impl LwtAnswer {
         }
     }
 }
+
+/// The answer of a conditional batch of `INSERT ... IF NOT EXISTS` on one partition: applied as a
+/// whole, or refused with the rows that already exist (their `id`s).
+pub fn existing_ids(result: QueryResult) -> Result<(bool, Vec<uuid::Uuid>), StoreError> {
+    let rows = result.into_rows_result().map_err(unavailable)?;
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|spec| spec.name().to_owned())
+        .collect();
+    let applied_at = names
+        .iter()
+        .position(|n| n == "[applied]")
+        .ok_or_else(|| StoreError::Unavailable("LWT answer has no [applied]".into()))?;
+    let id_at = names.iter().position(|n| n == "id");
+    let mut applied = false;
+    let mut ids = Vec::new();
+    for row in rows.rows::<Row>().map_err(unavailable)? {
+        let row = row.map_err(unavailable)?;
+        if let Some(Some(CqlValue::Boolean(b))) = row.columns.get(applied_at) {
+            applied = *b;
+        }
+        if let Some(Some(CqlValue::Uuid(id))) = id_at.and_then(|i| row.columns.get(i)) {
+            ids.push(*id);
+        }
+    }
+    Ok((applied, ids))
+}

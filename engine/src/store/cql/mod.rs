@@ -12,8 +12,8 @@
 //!   never skips, whichever engine writes. See `log.rs`.
 //! - **Forensics**: quarantine and DLQ rows claimed once per Kafka position. See `forensics.rs`.
 //!
-//! The order of writes in a batch is claims → appends → forensics → unit offset, so the offset
-//! moves last and only after everything before it is durable (R-IN-7).
+//! The order of writes in a batch is fence check → (claims → appends, and forensics alongside) →
+//! unit offset, so the offset moves last and only after everything before it is durable (R-IN-7).
 
 mod claim;
 mod forensics;
@@ -289,10 +289,17 @@ impl Store for CqlStore {
             self.check_fence(unit, fence).await?;
             self.timings.record(FENCE_CHECK, started);
         }
-        let mut outcome = self.store_events(unit, fenced, &batch.events).await?;
-        let started = Instant::now();
-        outcome.quarantined = self.record_quarantine(&batch.quarantined).await?;
-        self.timings.record(FORENSICS, started);
+        // Quarantine rows do not depend on the events: write both at once.
+        let forensics = async {
+            let started = Instant::now();
+            let n = self.record_quarantine(&batch.quarantined).await?;
+            self.timings.record(FORENSICS, started);
+            Ok::<_, StoreError>(n)
+        };
+        let (mut outcome, quarantined) =
+            futures::future::try_join(self.store_events(unit, fenced, &batch.events), forensics)
+                .await?;
+        outcome.quarantined = quarantined;
         if let (Some(next), true) = (batch.next_offset, fenced) {
             let started = Instant::now();
             self.advance_unit(unit, fence, next).await?;
