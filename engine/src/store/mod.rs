@@ -112,6 +112,28 @@ impl ForensicsFilter {
     }
 }
 
+impl ForensicsFilter {
+    /// Whether a quarantine record passes (its reason is the class).
+    pub fn keeps_quarantined(&self, r: &QuarantineRecord) -> bool {
+        self.matches(
+            &r.topic,
+            r.tenant.as_deref(),
+            Some(&r.reason),
+            r.received_at_ms,
+        )
+    }
+
+    /// Whether a DLQ observation passes (its error class is the class).
+    pub fn keeps_observation(&self, o: &DlqObservation) -> bool {
+        self.matches(
+            &o.topic,
+            o.tenant.as_deref(),
+            o.error_class.as_deref(),
+            o.observed_at_ms,
+        )
+    }
+}
+
 /// The producer source named by a unit's topic: `lerian.streaming.<source>[.dlq]` or `http:<source>`.
 pub fn source_of_topic(topic: &str) -> Option<&str> {
     topic

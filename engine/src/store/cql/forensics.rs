@@ -37,6 +37,31 @@ struct Position {
     offset: i64,
 }
 
+/// Records that came from a Kafka position.
+trait Positioned {
+    fn position(&self) -> Position;
+}
+
+impl Positioned for QuarantineRecord {
+    fn position(&self) -> Position {
+        Position {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.offset,
+        }
+    }
+}
+
+impl Positioned for DlqObservation {
+    fn position(&self) -> Position {
+        Position {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.offset,
+        }
+    }
+}
+
 impl CqlStore {
     fn next_qid(&self) -> u64 {
         let floor = u64::try_from(now_ms()).unwrap_or(0) << COUNTER_BITS;
@@ -136,14 +161,7 @@ impl CqlStore {
     ) -> Result<usize, StoreError> {
         self.record_all(
             QUARANTINE,
-            records.iter().map(|r| {
-                let at = Position {
-                    topic: r.topic.clone(),
-                    partition: r.partition,
-                    offset: r.offset,
-                };
-                (at, encode(r))
-            }),
+            records.iter().map(|r| (r.position(), encode(r))),
         )
         .await
     }
@@ -152,19 +170,9 @@ impl CqlStore {
         &self,
         obs: &[DlqObservation],
     ) -> Result<(), StoreError> {
-        self.record_all(
-            DLQ,
-            obs.iter().map(|o| {
-                let at = Position {
-                    topic: o.topic.clone(),
-                    partition: o.partition,
-                    offset: o.offset,
-                };
-                (at, encode(o))
-            }),
-        )
-        .await
-        .map(|_| ())
+        self.record_all(DLQ, obs.iter().map(|o| (o.position(), encode(o))))
+            .await
+            .map(|_| ())
     }
 
     /// Items of `kind` from `cursor` that `keep` accepts, at most `limit`; the next cursor is the

@@ -58,15 +58,7 @@ impl CqlStore {
         if let Some(head) = self.heads.lock().ok().and_then(|h| h.get(tenant).copied()) {
             return Ok(head);
         }
-        let hint: Option<(Option<i64>,)> = self
-            .session
-            .execute_unpaged(&self.st.hint_read, (tenant,))
-            .await
-            .map_err(unavailable)?
-            .into_rows_result()
-            .map_err(unavailable)?
-            .maybe_first_row()
-            .map_err(unavailable)?;
+        let hint: Option<(Option<i64>,)> = self.first_row(&self.st.hint_read, (tenant,)).await?;
         let bucket = hint
             .and_then(|(b,)| b)
             .and_then(|b| u64::try_from(b).ok())
@@ -82,15 +74,7 @@ impl CqlStore {
         } else {
             &self.st.log_head
         };
-        let row: Option<(Option<i64>,)> = self
-            .session
-            .execute_unpaged(stmt, (tenant, as_i64(bucket)?))
-            .await
-            .map_err(unavailable)?
-            .into_rows_result()
-            .map_err(unavailable)?
-            .maybe_first_row()
-            .map_err(unavailable)?;
+        let row: Option<(Option<i64>,)> = self.first_row(stmt, (tenant, as_i64(bucket)?)).await?;
         Ok(row
             .and_then(|(h,)| h)
             .and_then(|h| u64::try_from(h).ok())
@@ -104,18 +88,8 @@ impl CqlStore {
         tenant: &str,
         seq: u64,
     ) -> Result<Option<Uuid>, StoreError> {
-        let row: Option<(Option<Uuid>,)> = self
-            .session
-            .execute_unpaged(
-                &self.st.log_id_at,
-                (tenant, as_i64(self.bucket_of(seq))?, as_i64(seq)?),
-            )
-            .await
-            .map_err(unavailable)?
-            .into_rows_result()
-            .map_err(unavailable)?
-            .maybe_first_row()
-            .map_err(unavailable)?;
+        let key = (tenant, as_i64(self.bucket_of(seq))?, as_i64(seq)?);
+        let row: Option<(Option<Uuid>,)> = self.first_row(&self.st.log_id_at, key).await?;
         Ok(row.and_then(|(id,)| id))
     }
 

@@ -2,7 +2,7 @@
 //! `[applied]`; when it fails, ScyllaDB and Cassandra return the current row as well, in an order of
 //! their own — so every column is found by name, never by position.
 
-use scylla::response::query_result::QueryResult;
+use scylla::response::query_result::{QueryResult, QueryRowsResult};
 use scylla::value::{CqlValue, Row};
 
 use crate::store::StoreError;
@@ -17,19 +17,25 @@ pub struct LwtAnswer {
     row: Row,
 }
 
+/// The answer's column names and the position of `[applied]` among them.
+fn columns(rows: &QueryRowsResult) -> Result<(Vec<String>, usize), StoreError> {
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|spec| spec.name().to_owned())
+        .collect();
+    let applied = names
+        .iter()
+        .position(|n| n == "[applied]")
+        .ok_or_else(|| StoreError::Unavailable("LWT answer has no [applied]".into()))?;
+    Ok((names, applied))
+}
+
 impl LwtAnswer {
     pub fn read(result: QueryResult) -> Result<Self, StoreError> {
         let rows = result.into_rows_result().map_err(unavailable)?;
-        let names: Vec<String> = rows
-            .column_specs()
-            .iter()
-            .map(|spec| spec.name().to_owned())
-            .collect();
+        let (names, index) = columns(&rows)?;
         let row: Row = rows.first_row().map_err(unavailable)?;
-        let index = names
-            .iter()
-            .position(|n| n == "[applied]")
-            .ok_or_else(|| StoreError::Unavailable("LWT answer has no [applied]".into()))?;
         let applied = match row.columns.get(index) {
             Some(Some(CqlValue::Boolean(b))) => *b,
             other => {
@@ -84,15 +90,7 @@ impl LwtAnswer {
 /// whole, or refused with the rows that already exist (their `id`s).
 pub fn existing_ids(result: QueryResult) -> Result<(bool, Vec<uuid::Uuid>), StoreError> {
     let rows = result.into_rows_result().map_err(unavailable)?;
-    let names: Vec<String> = rows
-        .column_specs()
-        .iter()
-        .map(|spec| spec.name().to_owned())
-        .collect();
-    let applied_at = names
-        .iter()
-        .position(|n| n == "[applied]")
-        .ok_or_else(|| StoreError::Unavailable("LWT answer has no [applied]".into()))?;
+    let (names, applied_at) = columns(&rows)?;
     let id_at = names.iter().position(|n| n == "id");
     let mut applied = false;
     let mut ids = Vec::new();

@@ -180,17 +180,30 @@ impl CqlStore {
         })
     }
 
-    /// The unit's `(generation, next_offset)`, settling any claim in flight.
-    async fn read_unit(&self, unit: &UnitId) -> Result<Option<(i64, Option<i64>)>, StoreError> {
-        let rows = self
-            .session
-            .execute_unpaged(&self.st.unit_read, (&unit.topic, unit.partition))
+    /// The first row of a single-row read, if any.
+    pub(crate) async fn first_row<R>(
+        &self,
+        stmt: &scylla::statement::prepared::PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> Result<Option<R>, StoreError>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    {
+        self.session
+            .execute_unpaged(stmt, values)
             .await
             .map_err(unavailable)?
             .into_rows_result()
-            .map_err(unavailable)?;
-        let row: Option<(Option<i64>, Option<i64>)> =
-            rows.maybe_first_row().map_err(unavailable)?;
+            .map_err(unavailable)?
+            .maybe_first_row::<R>()
+            .map_err(unavailable)
+    }
+
+    /// The unit's `(generation, next_offset)`, settling any claim in flight.
+    async fn read_unit(&self, unit: &UnitId) -> Result<Option<(i64, Option<i64>)>, StoreError> {
+        let row: Option<(Option<i64>, Option<i64>)> = self
+            .first_row(&self.st.unit_read, (&unit.topic, unit.partition))
+            .await?;
         Ok(row.map(|(g, next)| (g.unwrap_or(0), next)))
     }
 
@@ -335,14 +348,7 @@ impl Store for CqlStore {
             forensics::QUARANTINE,
             cursor,
             limit,
-            |r: &QuarantineRecord| {
-                filter.matches(
-                    &r.topic,
-                    r.tenant.as_deref(),
-                    Some(&r.reason),
-                    r.received_at_ms,
-                )
-            },
+            |r: &QuarantineRecord| filter.keeps_quarantined(r),
         )
         .await
     }
@@ -358,12 +364,7 @@ impl Store for CqlStore {
         limit: usize,
     ) -> Result<Page<DlqObservation>, StoreError> {
         self.list_forensics(forensics::DLQ, cursor, limit, |o: &DlqObservation| {
-            filter.matches(
-                &o.topic,
-                o.tenant.as_deref(),
-                o.error_class.as_deref(),
-                o.observed_at_ms,
-            )
+            filter.keeps_observation(o)
         })
         .await
     }

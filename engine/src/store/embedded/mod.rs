@@ -178,14 +178,7 @@ impl Store for EmbeddedStore {
             scan_page(
                 table.range(cursor..).map_err(unavailable)?,
                 limit,
-                |r: &QuarantineRecord| {
-                    filter.matches(
-                        &r.topic,
-                        r.tenant.as_deref(),
-                        Some(&r.reason),
-                        r.received_at_ms,
-                    )
-                },
+                |r: &QuarantineRecord| filter.keeps_quarantined(r),
             )
         })
         .await
@@ -233,14 +226,7 @@ impl Store for EmbeddedStore {
             scan_page(
                 table.range(cursor..).map_err(unavailable)?,
                 limit,
-                |o: &DlqObservation| {
-                    filter.matches(
-                        &o.topic,
-                        o.tenant.as_deref(),
-                        o.error_class.as_deref(),
-                        o.observed_at_ms,
-                    )
-                },
+                |o: &DlqObservation| filter.keeps_observation(o),
             )
         })
         .await
