@@ -41,10 +41,23 @@ async fn assert_store_matches(store: &dyn Store, produced: &Produced, topic: &st
             .await
             .expect("read");
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-        assert_eq!(
-            seqs,
-            (1..=ids.len() as u64).collect::<Vec<_>>(),
-            "{tenant}: seq gap-free"
+        let want: BTreeSet<_> = ids.iter().collect();
+        let got: BTreeSet<_> = events.iter().map(|e| &e.event.id).collect();
+        let missing: Vec<_> = want.difference(&got).take(5).collect();
+        let extra: Vec<_> = got.difference(&want).take(5).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty() && got.len() == events.len(),
+            "{tenant}: {} stored ({} distinct) of {} produced; missing e.g. {missing:?}; unexpected e.g. {extra:?}",
+            events.len(),
+            got.len(),
+            want.len()
+        );
+        assert!(
+            seqs.iter().copied().eq(1..=ids.len() as u64),
+            "{tenant}: seq is not gap-free 1..={} (first {:?}, last {:?})",
+            ids.len(),
+            seqs.first(),
+            seqs.last()
         );
         let stored: Vec<_> = events.iter().map(|e| e.event.id).collect();
         if *tenant == produced.salted_tenant {

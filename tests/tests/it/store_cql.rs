@@ -93,6 +93,59 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].event, ev);
 
+    // A replayed batch in which one event's claim was left unfinished and the others are new:
+    // the claims of one dedup partition go as one conditional batch, refused for the one that
+    // exists; that one must still be finished, not dropped.
+    let mut left = event(&tenant, "x.created");
+    left.offset = 50;
+    let (b, c) = (event(&tenant, "x.created"), event(&tenant, "x.created"));
+    let hour = i64::try_from(left.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("h");
+    session
+        .query_unpaged(
+            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                &tenant,
+                hour,
+                left.id,
+                format!("{}/2/50", unit.topic),
+                0_i64,
+                2_i64,
+            ),
+        )
+        .await
+        .expect("leave a claim");
+    let mixed = store
+        .write_batch(
+            &unit,
+            fence,
+            Arc::new(IngestBatch {
+                events: vec![left.clone(), b.clone(), c.clone()],
+                quarantined: vec![],
+                next_offset: Some(53),
+            }),
+        )
+        .await
+        .expect("mixed replay");
+    let stored: Vec<_> = mixed.stored.iter().map(|s| s.1).collect();
+    assert_eq!(
+        stored,
+        vec![left.id, b.id, c.id],
+        "the unfinished claim is finished too"
+    );
+    let order: Vec<_> = store
+        .read_events(&tenant, 0, 10)
+        .await
+        .expect("read")
+        .iter()
+        .map(|e| e.event.id)
+        .collect();
+    assert_eq!(
+        order,
+        vec![ev.id, left.id, b.id, c.id],
+        "seq follows the partition's order, the finished claim included"
+    );
+
     // The same id from another position is a duplicate, even while the claim is unfinished.
     let other_tenant = format!("{ns}-u");
     let mut first = event(&other_tenant, "x.created");

@@ -163,7 +163,8 @@ impl CqlStore {
                         .iter()
                         .map(|&i| (i, Claim::New { intent: guesses[i] })),
                 );
-                return Ok(out);
+                members.clear();
+                break; // the clashing ids set aside in earlier rounds still need their claim
             }
             if taken.is_empty() {
                 break; // refused without saying why: go one by one
@@ -229,7 +230,7 @@ impl CqlStore {
             }
         }
         let groups: Vec<Vec<usize>> = partitions.into_iter().map(|(_, m)| m).collect();
-        let claims: Vec<(usize, Claim)> = futures::stream::iter(groups)
+        let mut claims: Vec<(usize, Claim)> = futures::stream::iter(groups)
             .map(|members| self.claim_partition(unit, fenced, events, guesses, members))
             .buffered(CLAIM_CONCURRENCY)
             .try_collect::<Vec<_>>()
@@ -238,6 +239,9 @@ impl CqlStore {
             .flatten()
             .collect();
         self.timings.record(DEDUP_CLAIMS, started);
+        // Back to batch order: each tenant's events are appended in the partition's order
+        // (R-IN-8), whatever order the claims came back in.
+        claims.sort_unstable_by_key(|(i, _)| *i);
 
         let mut by_tenant: HashMap<&str, Vec<Pending<'_>>> = HashMap::new();
         for (i, claim) in &claims {
