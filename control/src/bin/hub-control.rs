@@ -1,0 +1,91 @@
+//! `hub-control`: the control plane as its own process (`serve`), and `token`, which mints an
+//! Access Manager-shaped token for local use with a standalone hub (same data directory).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use hub_control::config::{now_ms, ControlConfig};
+
+#[derive(Debug, Parser)]
+#[command(name = "hub-control", about = "Streaming Hub control plane")]
+struct Cli {
+    /// Data directory (the embedded control store and generated key material).
+    #[arg(long, env = "STREAMING_HUB_DATA_DIR", default_value = ".hub-data")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve REST /v1.
+    Serve {
+        #[arg(
+            long,
+            env = "STREAMING_HUB_CONTROL_ADDR",
+            default_value = "127.0.0.1:8081"
+        )]
+        addr: SocketAddr,
+    },
+    /// Print a bearer token for a tenant, signed with the hub's HS256 secret.
+    Token {
+        #[arg(long)]
+        tenant: String,
+        #[arg(
+            long,
+            default_value = "subscriptions:get,subscriptions:post,subscriptions:patch,subscriptions:delete"
+        )]
+        permissions: String,
+        #[arg(long, default_value = "local-user")]
+        subject: String,
+        #[arg(long, default_value_t = 3600)]
+        ttl_s: u64,
+    },
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
+    match cli.command {
+        Command::Serve { addr } => {
+            let (control, verifier) = config.build(&cli.data_dir)?;
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(%addr, "control plane listening");
+            axum::serve(listener, hub_control::http::router(control, verifier))
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await?;
+        }
+        Command::Token {
+            tenant,
+            permissions,
+            subject,
+            ttl_s,
+        } => {
+            let secret = config.hs256_secret(&cli.data_dir)?;
+            let perms: Vec<&str> = permissions.split(',').map(str::trim).collect();
+            let now = u64::try_from(now_ms() / 1000).unwrap_or(0);
+            let mint = hub_control::auth::Mint {
+                issuer: &config.issuer,
+                audience: &config.audience,
+                subject: &subject,
+                tenant: &tenant,
+                permissions: &perms,
+                ttl_s,
+                now_s: now,
+            };
+            let token = hub_control::auth::mint_hs256(secret.as_bytes(), &mint)?;
+            #[allow(clippy::print_stdout)] // the command's output
+            {
+                println!("{token}");
+            }
+        }
+    }
+    Ok(())
+}

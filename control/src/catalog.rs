@@ -1,0 +1,165 @@
+//! The event catalog (R-CP-15): event keys, the producer (`origin`) of each, and their schema
+//! majors — from a configured producer catalog file plus keys observed in accepted events.
+//! Subscriptions name keys from it; an unreadable or empty catalog checks nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::RwLock;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ApiError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    #[serde(default)]
+    event: Vec<FileEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEntry {
+    key: String,
+    origin: String,
+    majors: Vec<u32>,
+}
+
+/// `(event key, origin)` → majors.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    entries: RwLock<BTreeMap<(String, String), BTreeSet<u32>>>,
+    /// False when the configured file could not be read: keys are then accepted unchecked.
+    readable: bool,
+}
+
+impl Catalog {
+    /// Loads `path` (TOML, `[[event]] key origin majors`). A missing or broken file gives an
+    /// unreadable catalog (logged), never a failed start.
+    pub fn load(path: Option<&Path>) -> Self {
+        let Some(path) = path else {
+            return Self {
+                readable: true,
+                ..Self::default()
+            };
+        };
+        let parsed = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| toml::from_str::<CatalogFile>(&t).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(file) => {
+                let catalog = Self {
+                    readable: true,
+                    ..Self::default()
+                };
+                for e in file.event {
+                    for m in e.majors {
+                        catalog.observe(&e.key, &e.origin, m);
+                    }
+                }
+                catalog
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "producer catalog unreadable; event types are accepted unchecked");
+                Self::default()
+            }
+        }
+    }
+
+    /// Adds a key seen in an accepted event.
+    pub fn observe(&self, key: &str, origin: &str, major: u32) {
+        if let Ok(mut e) = self.entries.write() {
+            e.entry((key.to_owned(), origin.to_owned()))
+                .or_default()
+                .insert(major);
+        }
+    }
+
+    /// R-CP-3: each key must exist at its major (from that `origin` when given); unchecked when
+    /// the catalog is unreadable or lists nothing yet.
+    pub fn check(
+        &self,
+        types: &[String],
+        schema_major: u32,
+        event_majors: &BTreeMap<String, u32>,
+        origin: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let Ok(entries) = self.entries.read() else {
+            return Ok(());
+        };
+        if !self.readable || entries.is_empty() {
+            return Ok(());
+        }
+        for key in types {
+            let major = event_majors.get(key).copied().unwrap_or(schema_major);
+            let known = entries.iter().any(|((k, o), majors)| {
+                k == key && origin.is_none_or(|want| want == o) && majors.contains(&major)
+            });
+            if !known {
+                let from = origin.map(|o| format!(" from {o}")).unwrap_or_default();
+                return Err(ApiError::new(
+                    422,
+                    "unknown_event_type",
+                    format!("{key} v{major}{from} is not in the catalog"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn list(&self) -> serde_json::Value {
+        let entries = self.entries.read().map(|e| e.clone()).unwrap_or_default();
+        let items: Vec<_> = entries
+            .iter()
+            .map(|((k, o), m)| json!({"eventKey": k, "origin": o, "majors": m}))
+            .collect();
+        json!({ "items": items })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_cp_15_keys_are_checked_by_major_and_origin_and_unchecked_when_empty() {
+        let c = Catalog::load(None);
+        assert!(
+            c.check(&["x.y".into()], 1, &BTreeMap::new(), None).is_ok(),
+            "empty: unchecked"
+        );
+        c.observe("loan.approved", "lender", 1);
+        c.observe("loan.approved", "lender", 2);
+        let majors = BTreeMap::from([("loan.approved".to_owned(), 2)]);
+        assert!(c
+            .check(
+                &["loan.approved".into()],
+                1,
+                &BTreeMap::new(),
+                Some("lender")
+            )
+            .is_ok());
+        assert!(c.check(&["loan.approved".into()], 1, &majors, None).is_ok());
+        let e = c
+            .check(&["loan.approved".into()], 3, &BTreeMap::new(), None)
+            .expect_err("major");
+        assert_eq!((e.status, e.code), (422, "unknown_event_type"));
+        assert!(
+            c.check(&["loan.approved".into()], 1, &BTreeMap::new(), Some("crm"))
+                .is_err(),
+            "origin"
+        );
+        assert!(c
+            .check(&["nope.x".into()], 1, &BTreeMap::new(), None)
+            .is_err());
+        let broken = Catalog::load(Some(Path::new("/nonexistent/catalog.toml")));
+        broken.observe("a.b", "o", 1);
+        assert!(
+            broken
+                .check(&["zzz.q".into()], 1, &BTreeMap::new(), None)
+                .is_ok(),
+            "unreadable: unchecked"
+        );
+    }
+}

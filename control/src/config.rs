@@ -1,0 +1,143 @@
+//! The control plane's configuration, from `STREAMING_HUB_*` variables, and the wiring of a
+//! `Control` from it. A standalone hub needs no key material by hand: a missing JWT secret or
+//! master key is generated once into the data directory (mode 0600) and reused.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::auth::{TokenVerifier, VerifyKey};
+use crate::catalog::Catalog;
+use crate::destination::{DestinationPolicy, SystemResolver};
+use crate::secrets::Keyring;
+use crate::service::{Control, IdemSettings};
+use crate::store::embedded::EmbeddedControlStore;
+
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    /// Env `STREAMING_HUB_JWT_ISSUER`. Default `access-manager`.
+    pub issuer: String,
+    /// Env `STREAMING_HUB_JWT_AUDIENCE`. Default `streaming-hub`.
+    pub audience: String,
+    /// Env `STREAMING_HUB_JWT_HS256_SECRET`; else a generated secret in the data directory.
+    pub hs256_secret: Option<String>,
+    /// Env `STREAMING_HUB_JWT_RS256_PUBLIC_KEY` (a PEM file): pins RS256 instead of HS256.
+    pub rs256_public_key: Option<PathBuf>,
+    /// Env `STREAMING_HUB_MASTER_KEYS` (`id:base64,…`, first current); else generated.
+    pub master_keys: Option<String>,
+    /// Env `STREAMING_HUB_ALLOW_PRIVATE_HOSTS`: comma-separated `host` (webhook) or `host:port`.
+    pub allow_private_hosts: Vec<String>,
+    /// Env `STREAMING_HUB_CATALOG`: the producer catalog file (TOML).
+    pub catalog: Option<PathBuf>,
+    /// Env `STREAMING_HUB_DNS_TIMEOUT_MS`. Default 2000.
+    pub dns_timeout_ms: u64,
+}
+
+impl ControlConfig {
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let var = |n: &str| get(&format!("STREAMING_HUB_{n}")).filter(|v| !v.is_empty());
+        Ok(Self {
+            issuer: var("JWT_ISSUER").unwrap_or_else(|| "access-manager".into()),
+            audience: var("JWT_AUDIENCE").unwrap_or_else(|| "streaming-hub".into()),
+            hs256_secret: var("JWT_HS256_SECRET"),
+            rs256_public_key: var("JWT_RS256_PUBLIC_KEY").map(PathBuf::from),
+            master_keys: var("MASTER_KEYS"),
+            allow_private_hosts: var("ALLOW_PRIVATE_HOSTS")
+                .map(|v| {
+                    v.split(',')
+                        .map(|h| h.trim().to_ascii_lowercase())
+                        .filter(|h| !h.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            catalog: var("CATALOG").map(PathBuf::from),
+            dns_timeout_ms: var("DNS_TIMEOUT_MS")
+                .map(|v| v.parse().context("STREAMING_HUB_DNS_TIMEOUT_MS"))
+                .transpose()?
+                .unwrap_or(2000),
+        })
+    }
+
+    /// The HS256 secret: configured, or the one kept in `data_dir` (created on first use).
+    pub fn hs256_secret(&self, data_dir: &Path) -> anyhow::Result<String> {
+        match &self.hs256_secret {
+            Some(s) => Ok(s.clone()),
+            None => local_secret(&data_dir.join("jwt-hs256.secret"), || {
+                Keyring::generate_spec("jwt")
+                    .map(|s| s.replace("jwt:", ""))
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+            }),
+        }
+    }
+
+    pub fn verifier(&self, data_dir: &Path) -> anyhow::Result<TokenVerifier> {
+        let key = match &self.rs256_public_key {
+            Some(pem) => VerifyKey::Rs256Pem(
+                std::fs::read(pem).with_context(|| format!("reading {}", pem.display()))?,
+            ),
+            None => VerifyKey::Hs256(self.hs256_secret(data_dir)?.into_bytes()),
+        };
+        TokenVerifier::new(&key, &self.issuer, &self.audience)
+    }
+
+    /// Builds the service on the embedded control store in `data_dir`.
+    pub fn build(&self, data_dir: &Path) -> anyhow::Result<(Arc<Control>, Arc<TokenVerifier>)> {
+        let keys = match &self.master_keys {
+            Some(k) => k.clone(),
+            None => local_secret(&data_dir.join("master.keys"), || {
+                Keyring::generate_spec("k1").map_err(|e| anyhow::anyhow!("{e}"))
+            })?,
+        };
+        let keyring = Keyring::parse(&keys).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let store = EmbeddedControlStore::open(&data_dir.join("control.redb"))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let control = Control {
+            store: Arc::new(store),
+            keyring: Arc::new(keyring),
+            policy: Arc::new(DestinationPolicy {
+                allow: self.allow_private_hosts.iter().cloned().collect(),
+            }),
+            resolver: Arc::new(SystemResolver {
+                timeout: Duration::from_millis(self.dns_timeout_ms),
+            }),
+            catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
+            idem: IdemSettings::default(),
+            now_ms,
+        };
+        Ok((Arc::new(control), Arc::new(self.verifier(data_dir)?)))
+    }
+}
+
+/// The wall clock in Unix ms: the control plane's one clock read.
+#[allow(clippy::disallowed_methods)] // the sanctioned clock read of this crate
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Reads a secret file, or creates it (mode 0600) with `make`.
+fn local_secret(
+    path: &Path,
+    make: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<String> {
+    if let Ok(s) = std::fs::read_to_string(path) {
+        return Ok(s.trim().to_owned());
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let secret = make()?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(secret.as_bytes())?;
+    Ok(secret)
+}

@@ -1,0 +1,507 @@
+//! Destination checks (R-SEC-2, R-SK-2): which addresses a tenant's subscription may point at.
+//!
+//! Pure classification of IPv4 (including the decimal, octal and hex spellings `inet_aton`
+//! accepts), IPv6 and IPv4-mapped/-translated IPv6; then the endpoint rules per sink kind, with
+//! names resolved under a time limit. The operator allow-list names private hosts a webhook or
+//! RabbitMQ subscription may use; SQS and EventBridge never get that exception.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::ApiError;
+use crate::model::SinkKind;
+
+/// Why an address is refused, or `None` for a public unicast address.
+pub fn refused_because(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => refused_v4(v4),
+        IpAddr::V6(v6) => refused_v6(v6),
+    }
+}
+
+fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, d] = ip.octets();
+    Some(match (a, b) {
+        _ if ip == Ipv4Addr::new(169, 254, 169, 254) => "cloud metadata",
+        (169, 254) => "link-local",
+        (127, _) => "loopback",
+        (0, _) => "unspecified",
+        (10, _) | (192, 168) => "private",
+        (172, 16..=31) => "private",
+        (100, 64..=127) => "carrier-grade NAT",
+        (224..=239, _) => "multicast",
+        (240..=255, _) => "reserved",
+        // 192.0.0.0/24 holds protocol assignments; 192.0.0.192 is Oracle's metadata service.
+        (192, 0) if c == 0 => "reserved",
+        (198, 18..=19) => "benchmarking",
+        _ => {
+            let _ = d;
+            return None;
+        }
+    })
+}
+
+fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return refused_v4(v4);
+    }
+    let s = ip.segments();
+    // NAT64 (64:ff9b::/96) and the deprecated IPv4-compatible form (::a.b.c.d) carry an IPv4.
+    if (s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4]) || (s[0..6] == [0; 6] && s[6] != 0) {
+        let v4 = Ipv4Addr::new(
+            (s[6] >> 8) as u8,
+            (s[6] & 0xff) as u8,
+            (s[7] >> 8) as u8,
+            (s[7] & 0xff) as u8,
+        );
+        return refused_v4(v4).or(Some("IPv4 embedded in IPv6"));
+    }
+    Some(match s[0] {
+        _ if ip.is_loopback() => "loopback",
+        _ if ip.is_unspecified() => "unspecified",
+        0xfe80..=0xfebf => "link-local",
+        0xfc00..=0xfdff => "unique-local",
+        0xff00..=0xffff => "multicast",
+        0xfec0..=0xfeff => "site-local",
+        0x2001 if s[1] == 0x0db8 => "documentation",
+        _ => return None,
+    })
+}
+
+/// Parses the IPv4 spellings `inet_aton` accepts: 1 to 4 parts, each decimal, octal (`0` prefix)
+/// or hex (`0x` prefix), the last filling the remaining bytes (`127.1`, `2130706433`,
+/// `0x7f.0.0.1`, `0177.0.0.1`). An attacker writes loopback this way to slip past a naive check.
+pub fn parse_ipv4_loose(host: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut values = Vec::with_capacity(parts.len());
+    for p in &parts {
+        let v = if let Some(hex) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+            u64::from_str_radix(hex, 16).ok()?
+        } else if p.len() > 1 && p.starts_with('0') {
+            u64::from_str_radix(&p[1..], 8).ok()?
+        } else {
+            p.parse::<u64>().ok()?
+        };
+        values.push(v);
+    }
+    let (last, head) = values.split_last()?;
+    let mut addr: u64 = 0;
+    for (i, v) in head.iter().enumerate() {
+        if *v > 255 {
+            return None;
+        }
+        addr |= v << (24 - 8 * i);
+    }
+    let room = 32 - 8 * head.len();
+    if *last >= (1u64 << room) {
+        return None;
+    }
+    addr |= last;
+    Some(Ipv4Addr::from(u32::try_from(addr).ok()?))
+}
+
+/// Why a name could not be resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolveError {
+    /// The name does not exist: the tenant's mistake (422).
+    NotFound,
+    /// The resolver failed (503).
+    Unavailable,
+    /// The resolver did not answer in time (504).
+    Timeout,
+}
+
+#[async_trait]
+pub trait Resolver: Send + Sync + std::fmt::Debug {
+    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, ResolveError>;
+}
+
+/// The system resolver (getaddrinfo through tokio) under a time limit.
+#[derive(Debug, Clone)]
+pub struct SystemResolver {
+    pub timeout: Duration,
+}
+
+#[async_trait]
+impl Resolver for SystemResolver {
+    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, ResolveError> {
+        let lookup = tokio::net::lookup_host((host, port));
+        match tokio::time::timeout(self.timeout, lookup).await {
+            Err(_) => Err(ResolveError::Timeout),
+            Ok(Ok(addrs)) => {
+                let ips: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
+                if ips.is_empty() {
+                    Err(ResolveError::NotFound)
+                } else {
+                    Ok(ips)
+                }
+            }
+            Ok(Err(e)) => {
+                // getaddrinfo's EAI_NONAME / EAI_NODATA say the name does not exist; anything
+                // else (EAI_AGAIN, EAI_FAIL, …) is the resolver failing.
+                let text = e.to_string();
+                if text.contains("not known")
+                    || text.contains("No address associated")
+                    || text.contains("nodename nor servname")
+                {
+                    Err(ResolveError::NotFound)
+                } else {
+                    Err(ResolveError::Unavailable)
+                }
+            }
+        }
+    }
+}
+
+/// The operator's destination policy.
+#[derive(Debug, Clone, Default)]
+pub struct DestinationPolicy {
+    /// Hosts (`host` for webhooks, `host:port` for RabbitMQ) that may be private. Lower-case.
+    pub allow: HashSet<String>,
+}
+
+impl DestinationPolicy {
+    fn allows(&self, kind: SinkKind, host: &str, port: u16) -> bool {
+        let host = host.to_ascii_lowercase();
+        match kind {
+            SinkKind::Webhook => {
+                self.allow.contains(&host) || self.allow.contains(&format!("{host}:{port}"))
+            }
+            SinkKind::Rabbitmq => self.allow.contains(&format!("{host}:{port}")),
+            _ => false,
+        }
+    }
+}
+
+fn not_allowed(why: &str) -> ApiError {
+    ApiError::new(
+        422,
+        "destination_not_allowed",
+        format!("the destination is {why}"),
+    )
+}
+
+fn invalid_endpoint(why: impl Into<String>) -> ApiError {
+    ApiError::new(422, "invalid_endpoint", why)
+}
+
+/// Checks `endpoint` for a subscription of `kind`: its shape, then every address it names or
+/// resolves to. Nothing is written before this passes.
+pub async fn check_endpoint(
+    policy: &DestinationPolicy,
+    resolver: &dyn Resolver,
+    kind: SinkKind,
+    endpoint: Option<&str>,
+) -> Result<(), ApiError> {
+    let endpoint = match (kind, endpoint) {
+        (SinkKind::Pull, None) => return Ok(()),
+        (SinkKind::Pull, Some(_)) => {
+            return Err(invalid_endpoint("a pull subscription has no endpoint"))
+        }
+        (_, None) => return Err(invalid_endpoint("endpoint is required")),
+        (_, Some(e)) => e,
+    };
+    if endpoint.len() > 2048 {
+        return Err(invalid_endpoint("endpoint is longer than 2048 characters"));
+    }
+    match kind {
+        SinkKind::Sqs | SinkKind::Eventbridge if endpoint.starts_with("arn:aws:") => {
+            let service = if kind == SinkKind::Sqs {
+                "sqs"
+            } else {
+                "events"
+            };
+            let parts: Vec<&str> = endpoint.split(':').collect();
+            if parts.len() < 6 || parts[2] != service || parts[3].is_empty() {
+                return Err(invalid_endpoint(format!(
+                    "expected an arn:aws:{service}:<region>:… ARN"
+                )));
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    let url = url::Url::parse(endpoint).map_err(|_| invalid_endpoint("endpoint is not a URL"))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid_endpoint(
+            "credentials do not belong in the endpoint",
+        ));
+    }
+    let schemes: &[&str] = match kind {
+        SinkKind::Webhook => &["https", "http"],
+        SinkKind::Rabbitmq => &["amqps", "amqp"],
+        SinkKind::Sqs | SinkKind::Eventbridge => &["https"],
+        SinkKind::Pull => &[],
+    };
+    if !schemes.contains(&url.scheme()) {
+        return Err(invalid_endpoint(format!(
+            "a {kind} endpoint uses {}",
+            schemes.join(" or ")
+        )));
+    }
+    let port = url.port_or_known_default().unwrap_or(match url.scheme() {
+        "amqps" => 5671,
+        "amqp" => 5672,
+        _ => 443,
+    });
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_owned(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        None => return Err(invalid_endpoint("endpoint has no host")),
+    };
+    let allowed = policy.allows(kind, &host, port);
+    if kind == SinkKind::Webhook && url.scheme() == "http" && !allowed {
+        return Err(invalid_endpoint("a webhook endpoint must use https"));
+    }
+    if allowed {
+        return Ok(());
+    }
+    let literal = match url.host() {
+        Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+        Some(url::Host::Domain(d)) => parse_ipv4_loose(d).map(IpAddr::V4),
+        None => None,
+    };
+    let addresses = match literal {
+        Some(ip) => vec![ip],
+        None => resolver.resolve(&host, port).await.map_err(|e| match e {
+            ResolveError::NotFound => ApiError::new(
+                422,
+                "destination_unresolvable",
+                format!("{host} does not resolve"),
+            ),
+            ResolveError::Unavailable => {
+                ApiError::new(503, "dns_unavailable", "the resolver failed; retry")
+            }
+            ResolveError::Timeout => ApiError::new(
+                504,
+                "dns_timeout",
+                "the resolver did not answer in time; retry",
+            ),
+        })?,
+    };
+    for ip in addresses {
+        if let Some(why) = refused_because(ip) {
+            return Err(not_allowed(why));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_sec_2_every_private_class_is_refused_and_public_passes() {
+        for (ip, why) in [
+            ("127.0.0.1", "loopback"),
+            ("10.1.2.3", "private"),
+            ("172.16.0.1", "private"),
+            ("172.31.255.255", "private"),
+            ("192.168.1.1", "private"),
+            ("169.254.1.1", "link-local"),
+            ("169.254.169.254", "cloud metadata"),
+            ("100.64.0.1", "carrier-grade NAT"),
+            ("224.0.0.1", "multicast"),
+            ("0.0.0.0", "unspecified"),
+            ("::1", "loopback"),
+            ("::", "unspecified"),
+            ("fe80::1", "link-local"),
+            ("fd00:ec2::254", "unique-local"),
+            ("ff02::1", "multicast"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("::ffff:169.254.169.254", "cloud metadata"),
+            ("64:ff9b::a9fe:a9fe", "cloud metadata"),
+        ] {
+            let parsed: IpAddr = ip.parse().expect(ip);
+            assert_eq!(refused_because(parsed), Some(why), "{ip}");
+        }
+        for ip in [
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+        ] {
+            assert_eq!(refused_because(ip.parse().expect(ip)), None, "{ip}");
+        }
+    }
+
+    #[test]
+    fn r_sec_2_ipv4_in_decimal_octal_and_hex_is_read_as_inet_aton_does() {
+        let lo = Some(Ipv4Addr::new(127, 0, 0, 1));
+        for form in [
+            "2130706433",
+            "0x7f000001",
+            "0177.0.0.1",
+            "0x7f.0.0.1",
+            "127.1",
+            "127.0.1",
+        ] {
+            assert_eq!(parse_ipv4_loose(form), lo, "{form}");
+        }
+        assert_eq!(
+            parse_ipv4_loose("169.254.43518"),
+            Some(Ipv4Addr::new(169, 254, 169, 254))
+        );
+        for not_ip in ["example.com", "1.2.3.4.5", "256.0.0.1", "08.0.0.1", ""] {
+            assert_eq!(parse_ipv4_loose(not_ip), None, "{not_ip}");
+        }
+    }
+
+    #[derive(Debug)]
+    struct Fixed(Result<Vec<IpAddr>, ResolveError>);
+
+    #[async_trait]
+    impl Resolver for Fixed {
+        async fn resolve(&self, _: &str, _: u16) -> Result<Vec<IpAddr>, ResolveError> {
+            self.0.clone()
+        }
+    }
+
+    async fn check(kind: SinkKind, endpoint: &str, r: Fixed) -> Result<(), ApiError> {
+        check_endpoint(&DestinationPolicy::default(), &r, kind, Some(endpoint)).await
+    }
+
+    fn public() -> Fixed {
+        Fixed(Ok(vec!["93.184.216.34".parse().expect("ip")]))
+    }
+
+    #[tokio::test]
+    async fn r_sec_2_endpoint_rules_and_resolver_outcomes() {
+        let code = |r: Result<(), ApiError>| r.map_or_else(|e| e.code, |_| "ok");
+        assert_eq!(
+            code(check(SinkKind::Webhook, "https://example.com/hook", public()).await),
+            "ok"
+        );
+        assert_eq!(
+            code(check(SinkKind::Webhook, "http://example.com/hook", public()).await),
+            "invalid_endpoint"
+        );
+        assert_eq!(
+            code(check(SinkKind::Webhook, "ftp://example.com", public()).await),
+            "invalid_endpoint"
+        );
+        assert_eq!(
+            code(check(SinkKind::Webhook, "https://user:pw@example.com", public()).await),
+            "invalid_endpoint"
+        );
+        assert_eq!(
+            code(check(SinkKind::Webhook, "https://2130706433/", public()).await),
+            "destination_not_allowed"
+        );
+        assert_eq!(
+            code(check(SinkKind::Webhook, "https://[::ffff:7f00:1]/", public()).await),
+            "destination_not_allowed"
+        );
+        let private = Fixed(Ok(vec!["10.0.0.5".parse().expect("ip")]));
+        assert_eq!(
+            code(check(SinkKind::Webhook, "https://internal.example/", private).await),
+            "destination_not_allowed"
+        );
+        let e = check(
+            SinkKind::Webhook,
+            "https://nope.example/",
+            Fixed(Err(ResolveError::NotFound)),
+        )
+        .await
+        .expect_err("nx");
+        assert_eq!((e.status, e.code), (422, "destination_unresolvable"));
+        let e = check(
+            SinkKind::Webhook,
+            "https://a.example/",
+            Fixed(Err(ResolveError::Unavailable)),
+        )
+        .await
+        .expect_err("503");
+        assert_eq!((e.status, e.code), (503, "dns_unavailable"));
+        let e = check(
+            SinkKind::Webhook,
+            "https://a.example/",
+            Fixed(Err(ResolveError::Timeout)),
+        )
+        .await
+        .expect_err("504");
+        assert_eq!((e.status, e.code), (504, "dns_timeout"));
+        assert_eq!(
+            code(
+                check(
+                    SinkKind::Sqs,
+                    "arn:aws:sqs:us-east-1:123456789012:q",
+                    public()
+                )
+                .await
+            ),
+            "ok"
+        );
+        assert_eq!(
+            code(check(SinkKind::Eventbridge, "arn:aws:sqs:us-east-1:1:q", public()).await),
+            "invalid_endpoint"
+        );
+        assert_eq!(
+            code(check(SinkKind::Rabbitmq, "amqps://mq.example:5671/vh", public()).await),
+            "ok"
+        );
+        assert_eq!(
+            code(
+                check_endpoint(
+                    &DestinationPolicy::default(),
+                    &public(),
+                    SinkKind::Pull,
+                    Some("https://x")
+                )
+                .await
+            ),
+            "invalid_endpoint"
+        );
+    }
+
+    #[tokio::test]
+    async fn r_sk_2_the_allow_list_opens_private_hosts_for_webhooks_and_rabbitmq_only() {
+        let policy = DestinationPolicy {
+            allow: ["127.0.0.1".to_owned(), "127.0.0.1:5672".to_owned()].into(),
+        };
+        let lo = Fixed(Ok(vec!["127.0.0.1".parse().expect("ip")]));
+        assert!(check_endpoint(
+            &policy,
+            &lo,
+            SinkKind::Webhook,
+            Some("http://127.0.0.1:9000/h")
+        )
+        .await
+        .is_ok());
+        assert!(check_endpoint(
+            &policy,
+            &lo,
+            SinkKind::Rabbitmq,
+            Some("amqp://127.0.0.1:5672/")
+        )
+        .await
+        .is_ok());
+        assert!(
+            check_endpoint(
+                &policy,
+                &lo,
+                SinkKind::Rabbitmq,
+                Some("amqp://127.0.0.1:15672/")
+            )
+            .await
+            .is_err(),
+            "port counts"
+        );
+        assert!(
+            check_endpoint(&policy, &lo, SinkKind::Sqs, Some("https://127.0.0.1/q"))
+                .await
+                .is_err(),
+            "never for SQS"
+        );
+    }
+}

@@ -1,0 +1,251 @@
+//! REST `/v1` over axum: a thin mapping of requests onto `service::Control`. Headers that are not
+//! valid visible ASCII, oversized bodies and bad tokens are answered here with the spec's error
+//! body; everything else is the service's.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+
+use crate::auth::{Principal, TokenVerifier};
+use crate::error::ApiError;
+use crate::service::{Control, Mutation, Reply};
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+
+const OPENAPI: &str = include_str!("../../schema/openapi/v1.json");
+
+#[derive(Clone)]
+struct Api {
+    control: Arc<Control>,
+    verifier: Arc<TokenVerifier>,
+}
+
+pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
+    Router::new()
+        .route("/v1/subscriptions", get(list).post(create))
+        .route(
+            "/v1/subscriptions/{id}",
+            get(read).patch(patch).delete(delete),
+        )
+        .route("/v1/subscriptions/{id}/pause", post(pause))
+        .route("/v1/subscriptions/{id}/resume", post(resume))
+        .route("/v1/catalog", get(catalog))
+        .route(
+            "/v1/openapi.json",
+            get(|| async { ([("content-type", "application/json")], OPENAPI) }),
+        )
+        .with_state(Api { control, verifier })
+}
+
+fn send(reply: Reply) -> Response {
+    let mut response = Response::new(Body::from(reply.body));
+    *response.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (k, v) in reply.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+            response.headers_mut().append(k, v);
+        }
+    }
+    response
+}
+
+/// A header as text; a value that is not visible ASCII is a 400.
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request(format!("the {name} header is not valid text")))
+        })
+        .transpose()
+}
+
+fn principal(api: &Api, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    api.verifier.verify(header(headers, "authorization")?)
+}
+
+async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map(|b| b.to_vec())
+        .map_err(|_| {
+            ApiError::new(
+                413,
+                "payload_too_large",
+                format!("the body exceeds {MAX_BODY} bytes"),
+            )
+        })
+}
+
+/// Authenticates, reads the key and the body, then runs `f`.
+async fn mutation<F, Fut>(
+    api: Api,
+    headers: HeaderMap,
+    body: Body,
+    method: &str,
+    path: String,
+    f: F,
+) -> Response
+where
+    F: FnOnce(Api, Principal, Option<String>, Vec<u8>, String) -> Fut,
+    Fut: std::future::Future<Output = Reply>,
+{
+    let prepared = (|| {
+        let who = principal(&api, &headers)?;
+        let key = header(&headers, "x-idempotency")?.map(str::to_owned);
+        Ok::<_, ApiError>((who, key))
+    })();
+    let (who, key) = match prepared {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let body = match read_body(body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let _ = method;
+    send(f(api, who, key, body, path).await)
+}
+
+async fn create(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
+    mutation(
+        api,
+        headers,
+        body,
+        "POST",
+        "/v1/subscriptions".into(),
+        |api, who, key, body, path| async move {
+            api.control
+                .create(
+                    &who,
+                    Mutation {
+                        method: "POST",
+                        path: &path,
+                        key: key.as_deref(),
+                        body: &body,
+                    },
+                )
+                .await
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+async fn list(State(api): State<Api>, headers: HeaderMap, Query(q): Query<ListQuery>) -> Response {
+    match principal(&api, &headers) {
+        Ok(who) => send(
+            api.control
+                .list(&who, q.cursor.as_deref(), q.limit.as_deref())
+                .await,
+        ),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn read(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    match principal(&api, &headers) {
+        Ok(who) => send(api.control.get(&who, &id).await),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn patch(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let if_match = match header(&headers, "if-match") {
+        Ok(v) => v.map(str::to_owned),
+        Err(e) => return e.into_response(),
+    };
+    let path = format!("/v1/subscriptions/{id}");
+    mutation(
+        api,
+        headers,
+        body,
+        "PATCH",
+        path,
+        |api, who, key, body, path| async move {
+            api.control
+                .patch(
+                    &who,
+                    &id,
+                    if_match.as_deref(),
+                    Mutation {
+                        method: "PATCH",
+                        path: &path,
+                        key: key.as_deref(),
+                        body: &body,
+                    },
+                )
+                .await
+        },
+    )
+    .await
+}
+
+async fn delete(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let path = format!("/v1/subscriptions/{id}");
+    mutation(
+        api,
+        headers,
+        body,
+        "DELETE",
+        path,
+        |api, who, key, body, path| async move {
+            api.control
+                .delete(
+                    &who,
+                    &id,
+                    Mutation {
+                        method: "DELETE",
+                        path: &path,
+                        key: key.as_deref(),
+                        body: &body,
+                    },
+                )
+                .await
+        },
+    )
+    .await
+}
+
+async fn pause(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    match principal(&api, &headers) {
+        Ok(who) => send(api.control.set_paused(&who, &id, true).await),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn resume(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    match principal(&api, &headers) {
+        Ok(who) => send(api.control.set_paused(&who, &id, false).await),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn catalog(State(api): State<Api>, headers: HeaderMap) -> Response {
+    match principal(&api, &headers) {
+        Ok(who) => send(api.control.catalog(&who)),
+        Err(e) => e.into_response(),
+    }
+}

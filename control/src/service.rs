@@ -1,0 +1,595 @@
+//! The service layer: every `/v1` operation with its rules, independent of the transport (REST now;
+//! GraphQL and gRPC later map onto the same calls and the same `ApiError` codes).
+//!
+//! Order inside a mutation: permission → idempotency key → validation → destination and catalog
+//! checks → one store write → recorded response. Nothing is written before every check passes.
+
+use std::sync::Arc;
+
+use ring::digest::{digest, SHA256};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::auth::{Permission, Principal};
+use crate::catalog::Catalog;
+use crate::destination::{check_endpoint, DestinationPolicy, Resolver};
+use crate::error::ApiError;
+use crate::model::{parse_object, validate_create, validate_edit, Subscription, VerificationState};
+use crate::secrets::Keyring;
+use crate::store::{ControlStore, ControlStoreError, IdemBegin, IdemTimes, StoredResponse};
+
+/// A response as the transport sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(status: u16, body: &Value) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: serde_json::to_vec(body).unwrap_or_default(),
+        }
+    }
+
+    fn empty(status: u16) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    fn with_etag(mut self, sub: &Subscription) -> Self {
+        self.headers.push(("etag".into(), sub.etag()));
+        self
+    }
+}
+
+impl From<ApiError> for Reply {
+    fn from(e: ApiError) -> Self {
+        Self {
+            status: e.status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: e.body(),
+        }
+    }
+}
+
+/// The outcome of a mutation's body: whether anything may have been written matters to the
+/// idempotency record.
+enum Outcome {
+    Written(Reply),
+    /// Refused before any write: the key is released.
+    Refused(ApiError),
+    /// The store failed during the write: it may or may not have committed.
+    Unknown(ApiError),
+}
+
+fn store_error(e: ControlStoreError) -> ApiError {
+    match e {
+        ControlStoreError::NameTaken => ApiError::new(
+            409,
+            "subscription_name_taken",
+            "another subscription of this tenant has that name",
+        ),
+        ControlStoreError::Conflict => ApiError::new(
+            412,
+            "subscription_changed",
+            "the subscription changed since it was read",
+        ),
+        ControlStoreError::NotFound => ApiError::not_found(),
+        ControlStoreError::Unavailable(m) => ApiError::unavailable(m),
+    }
+}
+
+/// Store errors during a write: definite refusals vs. an unknown outcome.
+fn write_outcome(e: ControlStoreError) -> Outcome {
+    match e {
+        ControlStoreError::Unavailable(_) => Outcome::Unknown(store_error(e)),
+        other => Outcome::Refused(store_error(other)),
+    }
+}
+
+/// Idempotency settings (R-CP-13).
+#[derive(Debug, Clone, Copy)]
+pub struct IdemSettings {
+    pub retention_ms: i64,
+    /// An in-flight key older than this is treated as unrecorded.
+    pub stale_ms: i64,
+}
+
+impl Default for IdemSettings {
+    fn default() -> Self {
+        Self {
+            retention_ms: 24 * 3_600_000,
+            stale_ms: 60_000,
+        }
+    }
+}
+
+/// Everything the operations need.
+#[derive(Debug, Clone)]
+pub struct Control {
+    pub store: Arc<dyn ControlStore>,
+    pub keyring: Arc<Keyring>,
+    pub policy: Arc<DestinationPolicy>,
+    pub resolver: Arc<dyn Resolver>,
+    pub catalog: Arc<Catalog>,
+    pub idem: IdemSettings,
+    /// The clock (Unix ms), injected so tests control time.
+    pub now_ms: fn() -> i64,
+}
+
+/// What an idempotent request is, for its fingerprint.
+#[derive(Debug)]
+pub struct Mutation<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub key: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+fn fingerprint(m: &Mutation<'_>) -> [u8; 32] {
+    let mut input = Vec::with_capacity(m.body.len() + 64);
+    input.extend_from_slice(m.method.as_bytes());
+    input.push(0);
+    input.extend_from_slice(m.path.as_bytes());
+    input.push(0);
+    input.extend_from_slice(m.body);
+    let d = digest(&SHA256, &input);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+fn valid_key(key: &str) -> bool {
+    (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Parses `If-Match`: `*`, or one or more quoted (optionally weak) entity tags.
+fn if_match_tags(value: &str) -> Result<Vec<String>, ApiError> {
+    let bad = || ApiError::bad_request("malformed If-Match header");
+    if value.trim() == "*" {
+        return Ok(vec!["*".into()]);
+    }
+    value
+        .split(',')
+        .map(|t| {
+            let t = t.trim();
+            let t = t.strip_prefix("W/").unwrap_or(t);
+            if t.len() >= 2
+                && t.starts_with('"')
+                && t.ends_with('"')
+                && !t[1..t.len() - 1].contains('"')
+            {
+                Ok(t.to_owned())
+            } else {
+                Err(bad())
+            }
+        })
+        .collect()
+}
+
+impl Control {
+    /// Runs `op` under the request's idempotency key (R-CP-13).
+    async fn idempotent<F, Fut>(&self, who: &Principal, m: &Mutation<'_>, op: F) -> Reply
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Outcome>,
+    {
+        let Some(key) = m.key else {
+            return ApiError::new(400, "missing_idempotency_key", "X-Idempotency is required")
+                .into();
+        };
+        if !valid_key(key) {
+            return ApiError::bad_request(
+                "X-Idempotency must be 1 to 255 visible ASCII characters",
+            )
+            .into();
+        }
+        let print = fingerprint(m);
+        let times = IdemTimes {
+            now_ms: (self.now_ms)(),
+            retention_ms: self.idem.retention_ms,
+            stale_ms: self.idem.stale_ms,
+        };
+        match self.store.idem_begin(&who.tenant, key, print, times).await {
+            Err(e) => return store_error(e).into(),
+            Ok(IdemBegin::Fresh) => {}
+            Ok(IdemBegin::Replay(r)) => {
+                let mut headers = r.headers;
+                headers.push(("x-idempotency-replayed".into(), "true".into()));
+                return Reply {
+                    status: r.status,
+                    headers,
+                    body: r.body,
+                };
+            }
+            Ok(IdemBegin::InFlight) => {
+                return ApiError::new(
+                    409,
+                    "idempotency_conflict",
+                    "a request with this key is still running",
+                )
+                .into()
+            }
+            Ok(IdemBegin::Mismatch) => {
+                return ApiError::new(
+                    409,
+                    "idempotency_conflict",
+                    "this key was used for a different request",
+                )
+                .into()
+            }
+            Ok(IdemBegin::Unrecorded) => return ApiError::new(
+                409,
+                "idempotency_outcome_unrecorded",
+                "an earlier request with this key may have taken effect without a recorded outcome",
+            )
+            .into(),
+        }
+        let unrecorded = || {
+            ApiError::new(
+                500,
+                "idempotency_outcome_unrecorded",
+                "the change may have taken effect, but its outcome could not be recorded",
+            )
+        };
+        match op().await {
+            Outcome::Written(reply) => {
+                let stored = StoredResponse {
+                    status: reply.status,
+                    headers: reply.headers.clone(),
+                    body: reply.body.clone(),
+                };
+                let now = (self.now_ms)();
+                match self
+                    .store
+                    .idem_finish(&who.tenant, key, print, stored, now)
+                    .await
+                {
+                    Ok(()) => reply,
+                    Err(_) => {
+                        let _ = self.store.idem_unrecorded(&who.tenant, key, now).await;
+                        unrecorded().into()
+                    }
+                }
+            }
+            Outcome::Refused(e) => {
+                // Nothing was written: the key may be used again. If even that fails, the
+                // in-flight mark goes stale and later sends learn the outcome is unrecorded.
+                let _ = self.store.idem_release(&who.tenant, key).await;
+                e.into()
+            }
+            Outcome::Unknown(e) => {
+                tracing::warn!(code = e.code, message = %e.message, "a write's outcome is unknown");
+                let _ = self
+                    .store
+                    .idem_unrecorded(&who.tenant, key, (self.now_ms)())
+                    .await;
+                unrecorded().into()
+            }
+        }
+    }
+
+    /// A live subscription of the caller's tenant, or 404 (another tenant's id included).
+    async fn live(&self, who: &Principal, id: &str) -> Result<Subscription, ApiError> {
+        let id: Uuid = id.parse().map_err(|_| ApiError::not_found())?;
+        match self.store.get(&who.tenant, id).await.map_err(store_error)? {
+            Some(s) if !s.deleted => Ok(s),
+            _ => Err(ApiError::not_found()),
+        }
+    }
+
+    /// `POST /v1/subscriptions` (R-CP-3).
+    pub async fn create(&self, who: &Principal, m: Mutation<'_>) -> Reply {
+        if let Err(e) = who.require(Permission::Post) {
+            return e.into();
+        }
+        let body = m.body;
+        self.idempotent(who, &m, || async {
+            let fields = match parse_object(body).and_then(|o| validate_create(&o)) {
+                Ok(f) => f,
+                Err(e) => return Outcome::Refused(e),
+            };
+            if let Err(e) = check_endpoint(
+                &self.policy,
+                &*self.resolver,
+                fields.sink_kind,
+                fields.endpoint.as_deref(),
+            )
+            .await
+            {
+                return Outcome::Refused(e);
+            }
+            if let Err(e) = self.catalog.check(
+                &fields.event_types,
+                fields.schema_major,
+                &fields.event_majors,
+                fields.origin.as_deref(),
+            ) {
+                return Outcome::Refused(e);
+            }
+            let now = (self.now_ms)();
+            let id = Uuid::now_v7();
+            let mut sub = Subscription {
+                id,
+                tenant: who.tenant.clone(),
+                name: fields.name,
+                sink_kind: fields.sink_kind,
+                endpoint: fields.endpoint,
+                event_types: fields.event_types,
+                schema_major: fields.schema_major,
+                event_majors: fields.event_majors,
+                origin: fields.origin,
+                timeout_ms: fields.timeout_ms,
+                plan_tier: fields.plan_tier,
+                retry_schedule: fields.retry_schedule,
+                enabled: true,
+                paused: false,
+                verification_state: VerificationState::PendingVerification,
+                created_at_ms: now,
+                updated_at_ms: now,
+                last_success_at_ms: None,
+                last_failure_at_ms: None,
+                deleted: false,
+                secret: None,
+                revision: 1,
+            };
+            let mut secret = None;
+            if sub.sink_kind == crate::model::SinkKind::Webhook {
+                let sealed = self.keyring.new_signing_secret().and_then(|s| {
+                    let sealed = self.keyring.seal(s.0.as_bytes(), &binding(&sub))?;
+                    Ok((s, sealed))
+                });
+                match sealed {
+                    Ok((plain, sealed)) => {
+                        sub.secret = Some(sealed);
+                        secret = Some(plain);
+                    }
+                    Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
+                }
+            }
+            if let Err(e) = self.store.create(&sub).await {
+                return write_outcome(e);
+            }
+            let mut view = sub.view();
+            if let (Some(s), Some(obj)) = (secret, view.as_object_mut()) {
+                // The one and only time the secret leaves the hub (R-CP-3, R-SEC-1).
+                obj.insert("secret".into(), Value::String(s.0));
+            }
+            let mut reply = Reply::json(201, &view).with_etag(&sub);
+            reply
+                .headers
+                .push(("location".into(), format!("/v1/subscriptions/{id}")));
+            Outcome::Written(reply)
+        })
+        .await
+    }
+
+    /// `GET /v1/subscriptions` with cursor pagination.
+    pub async fn list(&self, who: &Principal, cursor: Option<&str>, limit: Option<&str>) -> Reply {
+        if let Err(e) = who.require(Permission::Get) {
+            return e.into();
+        }
+        let after = match cursor.map(str::parse::<Uuid>).transpose() {
+            Ok(a) => a,
+            Err(_) => return ApiError::bad_request("cursor is not one this API returned").into(),
+        };
+        let limit = match limit.map(str::parse::<usize>).transpose() {
+            Ok(l) => l.unwrap_or(50),
+            Err(_) => return ApiError::bad_request("limit must be a number").into(),
+        };
+        if !(1..=200).contains(&limit) {
+            return ApiError::bad_request("limit is from 1 to 200").into();
+        }
+        match self.store.list(&who.tenant, after, limit + 1).await {
+            Err(e) => store_error(e).into(),
+            Ok(mut subs) => {
+                let more = subs.len() > limit;
+                subs.truncate(limit);
+                let next = more
+                    .then(|| subs.last().map(|s| s.id.to_string()))
+                    .flatten();
+                let items: Vec<Value> = subs.iter().map(Subscription::view).collect();
+                let mut body = json!({ "items": items });
+                if let Some(n) = next {
+                    body["next_cursor"] = Value::String(n);
+                }
+                Reply::json(200, &body)
+            }
+        }
+    }
+
+    /// `GET /v1/subscriptions/:id`, with its ETag.
+    pub async fn get(&self, who: &Principal, id: &str) -> Reply {
+        if let Err(e) = who.require(Permission::Get) {
+            return e.into();
+        }
+        match self.live(who, id).await {
+            Ok(s) => Reply::json(200, &s.view()).with_etag(&s),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// `PATCH /v1/subscriptions/:id` (R-CP-10).
+    pub async fn patch(
+        &self,
+        who: &Principal,
+        id: &str,
+        if_match: Option<&str>,
+        m: Mutation<'_>,
+    ) -> Reply {
+        if let Err(e) = who.require(Permission::Patch) {
+            return e.into();
+        }
+        let tags = match if_match.map(if_match_tags).transpose() {
+            Ok(t) => t,
+            Err(e) => return e.into(),
+        };
+        let body = m.body;
+        self.idempotent(who, &m, || async {
+            let current = match self.live(who, id).await {
+                Ok(s) => s,
+                Err(e) => return Outcome::Refused(e),
+            };
+            if let Some(tags) = &tags {
+                if !tags.iter().any(|t| t == "*" || *t == current.etag()) {
+                    return Outcome::Refused(store_error(ControlStoreError::Conflict));
+                }
+            }
+            let edit = match parse_object(body).and_then(|o| validate_edit(&o, &current)) {
+                Ok(e) => e,
+                Err(e) => return Outcome::Refused(e),
+            };
+            if let Some(endpoint) = &edit.endpoint {
+                if let Err(e) = check_endpoint(
+                    &self.policy,
+                    &*self.resolver,
+                    current.sink_kind,
+                    Some(endpoint),
+                )
+                .await
+                {
+                    return Outcome::Refused(e);
+                }
+                if current.verification_state == VerificationState::Active
+                    && current.endpoint.as_ref() != Some(endpoint)
+                {
+                    // An active subscription moves only after the new destination answers a probe
+                    // made with the stored secret; probes arrive with delivery (issue 6).
+                    return Outcome::Refused(ApiError {
+                        extra: Some(json!({"error_class": "probe_unavailable"})),
+                        ..ApiError::new(
+                            422,
+                            "destination_probe_failed",
+                            "the new destination could not be probed",
+                        )
+                    });
+                }
+            }
+            let mut next = current.clone();
+            edit.apply(&mut next);
+            let types = edit.event_types.as_ref().unwrap_or(&next.event_types);
+            if let Err(e) = self.catalog.check(
+                types,
+                next.schema_major,
+                &next.event_majors,
+                next.origin.as_deref(),
+            ) {
+                return Outcome::Refused(e);
+            }
+            next.revision = current.revision + 1;
+            next.updated_at_ms = (self.now_ms)();
+            match self.store.replace(&next, current.revision).await {
+                Ok(()) => Outcome::Written(Reply::json(200, &next.view()).with_etag(&next)),
+                Err(e) => write_outcome(e),
+            }
+        })
+        .await
+    }
+
+    /// `DELETE /v1/subscriptions/:id` (R-CP-16): soft delete; the name is free again.
+    pub async fn delete(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Reply {
+        if let Err(e) = who.require(Permission::Delete) {
+            return e.into();
+        }
+        self.idempotent(who, &m, || async {
+            let current = match self.live(who, id).await {
+                Ok(s) => s,
+                Err(e) => return Outcome::Refused(e),
+            };
+            let mut next = current.clone();
+            next.deleted = true;
+            next.enabled = false;
+            next.revision += 1;
+            next.updated_at_ms = (self.now_ms)();
+            match self.store.replace(&next, current.revision).await {
+                Ok(()) => Outcome::Written(Reply::empty(204)),
+                Err(e) => write_outcome(e),
+            }
+        })
+        .await
+    }
+
+    /// `POST …/pause` and `POST …/resume` (R-CP-11): no key, `subscriptions:post`, 200 without
+    /// a body, a repeat is a no-op; a hub-stopped subscription answers 409.
+    pub async fn set_paused(&self, who: &Principal, id: &str, pause: bool) -> Reply {
+        if let Err(e) = who.require(Permission::Post) {
+            return e.into();
+        }
+        for _ in 0..5 {
+            let current = match self.live(who, id).await {
+                Ok(s) => s,
+                Err(e) => return e.into(),
+            };
+            if !current.enabled && !current.paused {
+                return ApiError::new(
+                    409,
+                    "subscription_stopped_by_hub",
+                    "the hub stopped this subscription; verify it to re-enable",
+                )
+                .into();
+            }
+            if current.paused == pause {
+                return Reply::empty(200);
+            }
+            let mut next = current.clone();
+            next.paused = pause;
+            next.enabled = !pause;
+            if !pause {
+                // Resume clears the failure history (paused time never counts).
+                next.last_failure_at_ms = None;
+            }
+            next.revision += 1;
+            next.updated_at_ms = (self.now_ms)();
+            match self.store.replace(&next, current.revision).await {
+                Ok(()) => return Reply::empty(200),
+                Err(ControlStoreError::Conflict) => continue,
+                Err(e) => return store_error(e).into(),
+            }
+        }
+        ApiError::new(
+            409,
+            "subscription_changed",
+            "the subscription kept changing; retry",
+        )
+        .into()
+    }
+
+    /// `GET /v1/catalog` (R-CP-15).
+    pub fn catalog(&self, who: &Principal) -> Reply {
+        match who.require(Permission::Get) {
+            Ok(()) => Reply::json(200, &self.catalog.list()),
+            Err(e) => e.into(),
+        }
+    }
+}
+
+/// What a subscription's sealed secret is bound to.
+pub fn binding(sub: &Subscription) -> String {
+    format!("{}/{}", sub.tenant, sub.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_cp_10_if_match_forms() {
+        assert_eq!(if_match_tags("\"a-1\"").expect("ok"), vec!["\"a-1\""]);
+        assert_eq!(if_match_tags("W/\"a-1\", \"b\"").expect("ok").len(), 2);
+        assert_eq!(if_match_tags("*").expect("ok"), vec!["*"]);
+        for bad in ["a-1", "\"a", "\"a\"b\"", ""] {
+            assert_eq!(
+                if_match_tags(bad).expect_err(bad).code,
+                "bad_request",
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The control store in a redb file (the standalone hub): every operation is one transaction, so
+//! the name index, the revision log and the subscription always agree.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::*;
+
+/// `(tenant, id)` → subscription.
+const SUBS: TableDefinition<(&str, u128), &[u8]> = TableDefinition::new("subscriptions");
+/// `(tenant, name)` → id, live subscriptions only.
+const NAMES: TableDefinition<(&str, &str), u128> = TableDefinition::new("subscription_names");
+/// revision → change.
+const CHANGES: TableDefinition<u64, &[u8]> = TableDefinition::new("subscription_changes");
+/// `(tenant, key)` → idempotency record.
+const IDEM: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("idempotency");
+
+#[derive(Clone)]
+pub struct EmbeddedControlStore {
+    db: Arc<Database>,
+}
+
+impl std::fmt::Debug for EmbeddedControlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EmbeddedControlStore")
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ControlStoreError {
+    ControlStoreError::Unavailable(e.to_string())
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, ControlStoreError> {
+    postcard::to_allocvec(v).map_err(unavailable)
+}
+
+fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, ControlStoreError> {
+    postcard::from_bytes(b)
+        .map_err(|e| ControlStoreError::Unavailable(format!("corrupt record: {e}")))
+}
+
+impl EmbeddedControlStore {
+    pub fn open(path: &Path) -> Result<Self, ControlStoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(unavailable)?;
+        }
+        let db = Database::create(path).map_err(unavailable)?;
+        let txn = db.begin_write().map_err(unavailable)?;
+        txn.open_table(SUBS).map_err(unavailable)?;
+        txn.open_table(NAMES).map_err(unavailable)?;
+        txn.open_table(CHANGES).map_err(unavailable)?;
+        txn.open_table(IDEM).map_err(unavailable)?;
+        txn.commit().map_err(unavailable)?;
+        Ok(Self { db: Arc::new(db) })
+    }
+
+    async fn blocking<T, F>(&self, work: F) -> Result<T, ControlStoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database) -> Result<T, ControlStoreError> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || work(&db))
+            .await
+            .map_err(unavailable)?
+    }
+}
+
+/// Appends a change with the next revision number.
+fn log_change(
+    changes: &mut redb::Table<'_, u64, &[u8]>,
+    sub: &Subscription,
+) -> Result<(), ControlStoreError> {
+    let next = changes
+        .last()
+        .map_err(unavailable)?
+        .map_or(0, |(k, _)| k.value())
+        + 1;
+    let change = Change {
+        revision: next,
+        tenant: sub.tenant.clone(),
+        id: sub.id,
+    };
+    changes
+        .insert(next, encode(&change)?.as_slice())
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+#[async_trait]
+impl ControlStore for EmbeddedControlStore {
+    async fn create(&self, sub: &Subscription) -> Result<(), ControlStoreError> {
+        let sub = sub.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            {
+                let mut names = txn.open_table(NAMES).map_err(unavailable)?;
+                if names
+                    .get((sub.tenant.as_str(), sub.name.as_str()))
+                    .map_err(unavailable)?
+                    .is_some()
+                {
+                    return Err(ControlStoreError::NameTaken);
+                }
+                names
+                    .insert((sub.tenant.as_str(), sub.name.as_str()), sub.id.as_u128())
+                    .map_err(unavailable)?;
+                let mut subs = txn.open_table(SUBS).map_err(unavailable)?;
+                subs.insert(
+                    (sub.tenant.as_str(), sub.id.as_u128()),
+                    encode(&sub)?.as_slice(),
+                )
+                .map_err(unavailable)?;
+                log_change(&mut txn.open_table(CHANGES).map_err(unavailable)?, &sub)?;
+            }
+            txn.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<Subscription>, ControlStoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let subs = txn.open_table(SUBS).map_err(unavailable)?;
+            let row = subs
+                .get((tenant.as_str(), id.as_u128()))
+                .map_err(unavailable)?;
+            row.map(|r| decode(r.value())).transpose()
+        })
+        .await
+    }
+
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<Vec<Subscription>, ControlStoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let subs = txn.open_table(SUBS).map_err(unavailable)?;
+            let start = after.map_or(0, |a| a.as_u128().saturating_add(1));
+            let mut out = Vec::new();
+            for row in subs
+                .range((tenant.as_str(), start)..=(tenant.as_str(), u128::MAX))
+                .map_err(unavailable)?
+            {
+                let (_, v) = row.map_err(unavailable)?;
+                let sub: Subscription = decode(v.value())?;
+                if !sub.deleted {
+                    out.push(sub);
+                }
+                if out.len() == limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn replace(&self, sub: &Subscription, expected: u64) -> Result<(), ControlStoreError> {
+        let sub = sub.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            {
+                let mut subs = txn.open_table(SUBS).map_err(unavailable)?;
+                let key = (sub.tenant.as_str(), sub.id.as_u128());
+                let current: Subscription = match subs.get(key).map_err(unavailable)? {
+                    Some(row) => decode(row.value())?,
+                    None => return Err(ControlStoreError::NotFound),
+                };
+                if current.revision != expected {
+                    return Err(ControlStoreError::Conflict);
+                }
+                let mut names = txn.open_table(NAMES).map_err(unavailable)?;
+                let was_live = !current.deleted;
+                let is_live = !sub.deleted;
+                if was_live && (!is_live || current.name != sub.name) {
+                    names
+                        .remove((current.tenant.as_str(), current.name.as_str()))
+                        .map_err(unavailable)?;
+                }
+                if is_live && (!was_live || current.name != sub.name) {
+                    let name_key = (sub.tenant.as_str(), sub.name.as_str());
+                    if names.get(name_key).map_err(unavailable)?.is_some() {
+                        return Err(ControlStoreError::NameTaken);
+                    }
+                    names
+                        .insert(name_key, sub.id.as_u128())
+                        .map_err(unavailable)?;
+                }
+                subs.insert(key, encode(&sub)?.as_slice())
+                    .map_err(unavailable)?;
+                log_change(&mut txn.open_table(CHANGES).map_err(unavailable)?, &sub)?;
+            }
+            txn.commit().map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn changes_since(
+        &self,
+        revision: u64,
+        limit: usize,
+    ) -> Result<Vec<Change>, ControlStoreError> {
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let changes = txn.open_table(CHANGES).map_err(unavailable)?;
+            let mut out = Vec::new();
+            for row in changes
+                .range(revision.saturating_add(1)..)
+                .map_err(unavailable)?
+                .take(limit)
+            {
+                out.push(decode(row.map_err(unavailable)?.1.value())?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn idem_begin(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: [u8; 32],
+        times: IdemTimes,
+    ) -> Result<IdemBegin, ControlStoreError> {
+        let (tenant, key) = (tenant.to_owned(), key.to_owned());
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            let decision = {
+                let mut idem = txn.open_table(IDEM).map_err(unavailable)?;
+                let existing: Option<IdemRecord> = idem
+                    .get((tenant.as_str(), key.as_str()))
+                    .map_err(unavailable)?
+                    .map(|r| decode(r.value()))
+                    .transpose()?;
+                let decision = IdemRecord::decide(existing.as_ref(), &fingerprint, times);
+                if decision == IdemBegin::Fresh {
+                    let mark = IdemRecord::InFlight {
+                        fingerprint,
+                        started_ms: times.now_ms,
+                    };
+                    idem.insert((tenant.as_str(), key.as_str()), encode(&mark)?.as_slice())
+                        .map_err(unavailable)?;
+                }
+                decision
+            };
+            txn.commit().map_err(unavailable)?;
+            Ok(decision)
+        })
+        .await
+    }
+
+    async fn idem_finish(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: [u8; 32],
+        response: StoredResponse,
+        now_ms: i64,
+    ) -> Result<(), ControlStoreError> {
+        let record = IdemRecord::Done {
+            fingerprint,
+            response,
+            at_ms: now_ms,
+        };
+        self.put_idem(tenant, key, Some(record)).await
+    }
+
+    async fn idem_release(&self, tenant: &str, key: &str) -> Result<(), ControlStoreError> {
+        self.put_idem(tenant, key, None).await
+    }
+
+    async fn idem_unrecorded(
+        &self,
+        tenant: &str,
+        key: &str,
+        now_ms: i64,
+    ) -> Result<(), ControlStoreError> {
+        self.put_idem(tenant, key, Some(IdemRecord::Unrecorded { at_ms: now_ms }))
+            .await
+    }
+}
+
+impl EmbeddedControlStore {
+    async fn put_idem(
+        &self,
+        tenant: &str,
+        key: &str,
+        record: Option<IdemRecord>,
+    ) -> Result<(), ControlStoreError> {
+        let (tenant, key) = (tenant.to_owned(), key.to_owned());
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            {
+                let mut idem = txn.open_table(IDEM).map_err(unavailable)?;
+                match record {
+                    Some(r) => {
+                        idem.insert((tenant.as_str(), key.as_str()), encode(&r)?.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    None => {
+                        idem.remove((tenant.as_str(), key.as_str()))
+                            .map_err(unavailable)?;
+                    }
+                }
+            }
+            txn.commit().map_err(unavailable)
+        })
+        .await
+    }
+}

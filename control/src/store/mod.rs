@@ -1,0 +1,174 @@
+//! The control plane's store contract: subscriptions (with a name index and a revision per
+//! change), the revision log engines follow, and idempotency records. Implemented by `embedded`
+//! (redb; the standalone hub) — the CQL implementation is still to come.
+
+pub mod embedded;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::model::Subscription;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlStoreError {
+    #[error("control store unavailable: {0}")]
+    Unavailable(String),
+    /// Another live subscription of the tenant has this name.
+    #[error("name taken")]
+    NameTaken,
+    /// The subscription changed since it was read (its revision moved).
+    #[error("changed since read")]
+    Conflict,
+    #[error("not found")]
+    NotFound,
+}
+
+/// One change of one subscription, in the order engines apply them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub revision: u64,
+    pub tenant: String,
+    pub id: Uuid,
+}
+
+/// A response kept for an idempotency key, replayed byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What the store knows of an idempotency key when a request arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdemBegin {
+    /// Unknown (or expired): this request now holds it.
+    Fresh,
+    /// The first request with this key is still running.
+    InFlight,
+    /// Done with the same request: replay this.
+    Replay(StoredResponse),
+    /// Used before with a different request.
+    Mismatch,
+    /// A mutation with this key may have committed without its outcome being recorded.
+    Unrecorded,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IdemRecord {
+    InFlight {
+        fingerprint: [u8; 32],
+        started_ms: i64,
+    },
+    Done {
+        fingerprint: [u8; 32],
+        response: StoredResponse,
+        at_ms: i64,
+    },
+    Unrecorded {
+        at_ms: i64,
+    },
+}
+
+/// How long a key is remembered (R-CP-13) and how long an in-flight mark is trusted.
+#[derive(Debug, Clone, Copy)]
+pub struct IdemTimes {
+    pub now_ms: i64,
+    pub retention_ms: i64,
+    /// An in-flight mark older than this belongs to a request that died: its outcome is unknown.
+    pub stale_ms: i64,
+}
+
+impl IdemRecord {
+    /// The pure decision shared by every store: what `begin` answers given the stored record.
+    pub fn decide(
+        existing: Option<&IdemRecord>,
+        fingerprint: &[u8; 32],
+        t: IdemTimes,
+    ) -> IdemBegin {
+        match existing {
+            None => IdemBegin::Fresh,
+            Some(IdemRecord::Done { at_ms, .. }) | Some(IdemRecord::Unrecorded { at_ms })
+                if t.now_ms - at_ms > t.retention_ms =>
+            {
+                IdemBegin::Fresh
+            }
+            Some(IdemRecord::Done {
+                fingerprint: f,
+                response,
+                ..
+            }) => {
+                if f == fingerprint {
+                    IdemBegin::Replay(response.clone())
+                } else {
+                    IdemBegin::Mismatch
+                }
+            }
+            Some(IdemRecord::Unrecorded { .. }) => IdemBegin::Unrecorded,
+            Some(IdemRecord::InFlight { started_ms, .. }) if t.now_ms - started_ms > t.stale_ms => {
+                IdemBegin::Unrecorded
+            }
+            Some(IdemRecord::InFlight { .. }) => IdemBegin::InFlight,
+        }
+    }
+}
+
+#[async_trait]
+pub trait ControlStore: Send + Sync + std::fmt::Debug {
+    /// Stores a new subscription (revision 1); `NameTaken` if a live one of the tenant has its
+    /// name. Appends to the revision log.
+    async fn create(&self, sub: &Subscription) -> Result<(), ControlStoreError>;
+
+    async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<Subscription>, ControlStoreError>;
+
+    /// Live (not deleted) subscriptions of a tenant in id order, after `after`.
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<Vec<Subscription>, ControlStoreError>;
+
+    /// Replaces a subscription whose stored revision is `expected` with `sub` (whose revision
+    /// must be `expected + 1`), keeping the name index true; appends to the revision log.
+    async fn replace(&self, sub: &Subscription, expected: u64) -> Result<(), ControlStoreError>;
+
+    /// Log entries after `revision`, oldest first.
+    async fn changes_since(
+        &self,
+        revision: u64,
+        limit: usize,
+    ) -> Result<Vec<Change>, ControlStoreError>;
+
+    /// Claims an idempotency key for a request with `fingerprint`, atomically.
+    async fn idem_begin(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: [u8; 32],
+        times: IdemTimes,
+    ) -> Result<IdemBegin, ControlStoreError>;
+
+    /// Records the outcome of the request holding the key.
+    async fn idem_finish(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: [u8; 32],
+        response: StoredResponse,
+        now_ms: i64,
+    ) -> Result<(), ControlStoreError>;
+
+    /// Releases a key whose request wrote nothing (validation failed before any write), so the
+    /// same key can be used again.
+    async fn idem_release(&self, tenant: &str, key: &str) -> Result<(), ControlStoreError>;
+
+    /// Marks a key whose mutation may have committed without a recorded outcome.
+    async fn idem_unrecorded(
+        &self,
+        tenant: &str,
+        key: &str,
+        now_ms: i64,
+    ) -> Result<(), ControlStoreError>;
+}

@@ -1,0 +1,553 @@
+//! REST `/v1` end to end through the router, on the real embedded control store (a redb file in a
+//! temporary directory), with real tokens. Named by requirement.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use hub_control::auth::{mint_hs256, Mint};
+use hub_control::config::{now_ms, ControlConfig};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const SECRET: &str = "v1-test-secret-v1-test-secret-v1";
+const ALL: &[&str] = &[
+    "subscriptions:get",
+    "subscriptions:post",
+    "subscriptions:patch",
+    "subscriptions:delete",
+];
+
+struct Hub {
+    router: Router,
+    _dir: tempfile::TempDir,
+}
+
+fn hub() -> Hub {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ControlConfig::from_env(|k| match k {
+        "STREAMING_HUB_JWT_HS256_SECRET" => Some(SECRET.into()),
+        "STREAMING_HUB_ALLOW_PRIVATE_HOSTS" => Some("127.0.0.1".into()),
+        _ => None,
+    })
+    .expect("config");
+    let (control, verifier) = config.build(dir.path()).expect("build");
+    Hub {
+        router: hub_control::http::router(control, verifier),
+        _dir: dir,
+    }
+}
+
+fn token(tenant: &str, perms: &[&str]) -> String {
+    let now = u64::try_from(now_ms() / 1000).expect("now");
+    let m = Mint {
+        issuer: "access-manager",
+        audience: "streaming-hub",
+        subject: "u",
+        tenant,
+        permissions: perms,
+        ttl_s: 600,
+        now_s: now,
+    };
+    mint_hs256(SECRET.as_bytes(), &m).expect("mint")
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    raw: Vec<u8>,
+    json: Value,
+}
+
+async fn call(
+    hub: &Hub,
+    method: &str,
+    path: &str,
+    tok: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(t) = tok {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let response = hub
+        .router
+        .clone()
+        .oneshot(req.body(Body::from(body.to_owned())).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let raw = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+        .to_vec();
+    let json = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    Answer {
+        status,
+        headers,
+        raw,
+        json,
+    }
+}
+
+fn webhook(name: &str) -> String {
+    json!({"name": name, "sink_kind": "webhook", "endpoint": "http://127.0.0.1:9/hook"}).to_string()
+}
+
+async fn create(hub: &Hub, tok: &str, key: &str, body: &str) -> Answer {
+    call(
+        hub,
+        "POST",
+        "/v1/subscriptions",
+        Some(tok),
+        &[("x-idempotency", key), ("content-type", "application/json")],
+        body,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn r_cp_1_no_token_is_401_and_a_missing_permission_403() {
+    let hub = hub();
+    let a = call(&hub, "GET", "/v1/subscriptions", None, &[], "").await;
+    assert_eq!(
+        (a.status, a.json["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    let reader = token("t-1", &["subscriptions:get"]);
+    let a = create(&hub, &reader, "k1", &webhook("w")).await;
+    assert_eq!(
+        (a.status, a.json["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+}
+
+#[tokio::test]
+async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    let a = create(&hub, &tok, "k1", &webhook("orders")).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.json);
+    let secret = a.json["secret"]
+        .as_str()
+        .expect("secret on create")
+        .to_owned();
+    assert!(secret.starts_with("whsec_"));
+    assert_eq!(a.json["verification_state"], "pending_verification");
+    assert_eq!(
+        (a.json["enabled"].as_bool(), a.json["paused"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert!(
+        a.json.get("origin").is_none(),
+        "fields without a value are omitted"
+    );
+    let id = a.json["id"].as_str().expect("id").to_owned();
+    let read = call(
+        &hub,
+        "GET",
+        &format!("/v1/subscriptions/{id}"),
+        Some(&tok),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert!(read.headers.get("etag").is_some());
+    let list = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    for answer in [&read, &list] {
+        let text = String::from_utf8_lossy(&answer.raw);
+        assert!(
+            !text.contains(&secret) && !text.contains("whsec_"),
+            "no secret on a read: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn r_cp_13_idempotency_replay_conflict_and_missing_key() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    let missing = call(
+        &hub,
+        "POST",
+        "/v1/subscriptions",
+        Some(&tok),
+        &[],
+        &webhook("a"),
+    )
+    .await;
+    assert_eq!(
+        (missing.status, missing.json["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("missing_idempotency_key"))
+    );
+    let first = create(&hub, &tok, "key-1", &webhook("a")).await;
+    let replay = create(&hub, &tok, "key-1", &webhook("a")).await;
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert_eq!(replay.raw, first.raw, "byte for byte, secret included");
+    assert_eq!(replay.headers["x-idempotency-replayed"], "true");
+    let other = create(&hub, &tok, "key-1", &webhook("b")).await;
+    assert_eq!(
+        (other.status, other.json["code"].as_str()),
+        (StatusCode::CONFLICT, Some("idempotency_conflict"))
+    );
+    let list = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    assert_eq!(
+        list.json["items"].as_array().map(Vec::len),
+        Some(1),
+        "one subscription"
+    );
+    // A key is the tenant's own: another tenant may use the same key.
+    let b = create(&hub, &token("t-2", ALL), "key-1", &webhook("a")).await;
+    assert_eq!(b.status, StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription() {
+    let hub = Arc::new(hub());
+    let tok = token("t-1", ALL);
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let (hub, tok) = (hub.clone(), tok.clone());
+            tokio::spawn(async move { create(&hub, &tok, "same", &webhook("once")).await.status })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for r in runs {
+        statuses.push(r.await.expect("join"));
+    }
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT),
+        "{statuses:?}"
+    );
+    let list = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    assert_eq!(list.json["items"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn r_cp_2_names_are_unique_per_tenant_until_deleted() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    assert_eq!(
+        create(&hub, &tok, "k1", &webhook("dup")).await.status,
+        StatusCode::CREATED
+    );
+    let taken = create(&hub, &tok, "k2", &webhook("dup")).await;
+    assert_eq!(
+        (taken.status, taken.json["code"].as_str()),
+        (StatusCode::CONFLICT, Some("subscription_name_taken"))
+    );
+    // The refused request wrote nothing, so its key is free for a corrected request.
+    let id = create(&hub, &tok, "k3", &webhook("dup-2")).await.json["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let first_id = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "")
+        .await
+        .json["items"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let del = call(
+        &hub,
+        "DELETE",
+        &format!("/v1/subscriptions/{first_id}"),
+        Some(&tok),
+        &[("x-idempotency", "d1")],
+        "",
+    )
+    .await;
+    assert_eq!(del.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        call(
+            &hub,
+            "GET",
+            &format!("/v1/subscriptions/{first_id}"),
+            Some(&tok),
+            &[],
+            ""
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        create(&hub, &tok, "k4", &webhook("dup")).await.status,
+        StatusCode::CREATED,
+        "the name is free again"
+    );
+    assert_ne!(id, first_id);
+}
+
+#[tokio::test]
+async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing() {
+    let hub = hub();
+    let (a, b) = (token("t-a", ALL), token("t-b", ALL));
+    let created = create(&hub, &a, "k", &webhook("mine")).await;
+    let id = created.json["id"].as_str().expect("id").to_owned();
+    let etag = created.headers["etag"].to_str().expect("etag").to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+    for (method, p, headers, body) in [
+        ("GET", path.clone(), vec![], String::new()),
+        (
+            "PATCH",
+            path.clone(),
+            vec![("x-idempotency", "p")],
+            json!({"schema_major": 1, "name": "x"}).to_string(),
+        ),
+        (
+            "DELETE",
+            path.clone(),
+            vec![("x-idempotency", "d")],
+            String::new(),
+        ),
+        ("POST", format!("{path}/pause"), vec![], String::new()),
+        ("POST", format!("{path}/resume"), vec![], String::new()),
+    ] {
+        let r = call(&hub, method, &p, Some(&b), &headers, &body).await;
+        assert_eq!(
+            (r.status, r.json["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("subscription_not_found")),
+            "{method} {p}"
+        );
+    }
+    let after = call(&hub, "GET", &path, Some(&a), &[], "").await;
+    assert_eq!(
+        after.headers["etag"].to_str().expect("etag"),
+        etag,
+        "unchanged"
+    );
+    assert_eq!(
+        call(&hub, "GET", "/v1/subscriptions", Some(&b), &[], "")
+            .await
+            .json["items"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn r_cp_10_patch_with_etags() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    let created = create(&hub, &tok, "k", &webhook("p")).await;
+    let id = created.json["id"].as_str().expect("id").to_owned();
+    let etag = created.headers["etag"].to_str().expect("etag").to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+    let patch = |key: &'static str, if_match: Option<&'static str>, body: Value| {
+        let (hub, tok, path) = (&hub, tok.clone(), path.clone());
+        async move {
+            let mut headers = vec![("x-idempotency", key)];
+            if let Some(m) = if_match {
+                headers.push(("if-match", m));
+            }
+            call(hub, "PATCH", &path, Some(&tok), &headers, &body.to_string()).await
+        }
+    };
+    let no_major = patch("p0", None, json!({"name": "q"})).await;
+    assert_eq!(
+        (no_major.status, no_major.json["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("validation_failed"))
+    );
+    let malformed = patch("p1", Some("not-a-tag"), json!({"schema_major": 1})).await;
+    assert_eq!(
+        (malformed.status, malformed.json["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("bad_request"))
+    );
+    let leaked: &'static str = Box::leak(etag.clone().into_boxed_str());
+    let ok = patch(
+        "p2",
+        Some(leaked),
+        json!({"schema_major": 2, "name": "renamed", "timeout_ms": 5000}),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.json);
+    assert_eq!(
+        (
+            ok.json["name"].as_str(),
+            ok.json["schema_major"].as_u64(),
+            ok.json["timeout_ms"].as_u64()
+        ),
+        (Some("renamed"), Some(2), Some(5000))
+    );
+    assert_ne!(ok.headers["etag"].to_str().expect("etag"), etag);
+    // Any change counts: a pause moves the ETag too.
+    assert_eq!(
+        call(&hub, "POST", &format!("{path}/pause"), Some(&tok), &[], "")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let fresh: &'static str = Box::leak(
+        ok.headers["etag"]
+            .to_str()
+            .expect("etag")
+            .to_owned()
+            .into_boxed_str(),
+    );
+    let stale = patch("p3", Some(fresh), json!({"schema_major": 1})).await;
+    assert_eq!(
+        (stale.status, stale.json["code"].as_str()),
+        (
+            StatusCode::PRECONDITION_FAILED,
+            Some("subscription_changed")
+        )
+    );
+    let read = call(&hub, "GET", &path, Some(&tok), &[], "").await;
+    assert_eq!(
+        (
+            read.json["paused"].as_bool(),
+            read.json["enabled"].as_bool()
+        ),
+        (Some(true), Some(false)),
+        "edits never touch states"
+    );
+}
+
+#[tokio::test]
+async fn r_cp_11_pause_and_resume_are_repeatable() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    let id = create(&hub, &tok, "k", &webhook("pr")).await.json["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+    for (action, paused) in [
+        ("pause", true),
+        ("pause", true),
+        ("resume", false),
+        ("resume", false),
+    ] {
+        let r = call(
+            &hub,
+            "POST",
+            &format!("{path}/{action}"),
+            Some(&tok),
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!((r.status, r.raw.len()), (StatusCode::OK, 0), "{action}");
+        let read = call(&hub, "GET", &path, Some(&tok), &[], "").await;
+        assert_eq!(
+            (
+                read.json["paused"].as_bool(),
+                read.json["enabled"].as_bool()
+            ),
+            (Some(paused), Some(!paused))
+        );
+    }
+}
+
+#[tokio::test]
+async fn r_sec_2_destinations_are_checked_before_any_write() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    for (endpoint, code) in [
+        ("https://10.0.0.1/hook", "destination_not_allowed"),
+        ("https://0xa.1/hook", "destination_not_allowed"), // 10.0.0.1 in inet_aton hex
+        (
+            "https://[::ffff:169.254.169.254]/",
+            "destination_not_allowed",
+        ),
+        ("ftp://127.0.0.1/", "invalid_endpoint"),
+    ] {
+        let body =
+            json!({"name": endpoint, "sink_kind": "webhook", "endpoint": endpoint}).to_string();
+        let r = create(&hub, &tok, endpoint, &body).await;
+        assert_eq!(
+            (r.status, r.json["code"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(code)),
+            "{endpoint}"
+        );
+    }
+    assert_eq!(
+        call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "")
+            .await
+            .json["items"],
+        json!([]),
+        "nothing written"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing() {
+    let hub = hub();
+    let tok = token("t-1", ALL);
+    let malformed = create(&hub, &tok, "k1", "{\"name\":").await;
+    assert_eq!(
+        (malformed.status, malformed.json["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("bad_request"))
+    );
+    let wrong_type = create(
+        &hub,
+        &tok,
+        "k2",
+        &json!({"name": 5, "sink_kind": "webhook"}).to_string(),
+    )
+    .await;
+    assert_eq!(wrong_type.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let unknown = create(
+        &hub,
+        &tok,
+        "k3",
+        &json!({"name": "n", "sink_kind": "pull", "colour": 1}).to_string(),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let huge = create(
+        &hub,
+        &tok,
+        "k4",
+        &format!("{{\"name\":\"{}\"}}", "x".repeat(100_000)),
+    )
+    .await;
+    assert_eq!(
+        (huge.status, huge.json["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("payload_too_large"))
+    );
+    let req = Request::builder()
+        .method("GET")
+        .uri("/v1/subscriptions")
+        .header(
+            "authorization",
+            axum::http::HeaderValue::from_bytes(b"Bearer \xff\xfe").expect("bytes"),
+        )
+        .body(Body::empty())
+        .expect("request");
+    let r = hub.router.clone().oneshot(req).await.expect("response");
+    assert!(r.status().is_client_error());
+    assert_eq!(
+        call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "")
+            .await
+            .json["items"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn r_cp_19_the_openapi_document_is_served_and_names_every_route() {
+    let hub = hub();
+    let doc = call(&hub, "GET", "/v1/openapi.json", None, &[], "").await;
+    assert_eq!(doc.status, StatusCode::OK);
+    for p in [
+        "/v1/subscriptions",
+        "/v1/subscriptions/{id}",
+        "/v1/subscriptions/{id}/pause",
+        "/v1/catalog",
+    ] {
+        assert!(doc.json["paths"].get(p).is_some(), "{p}");
+    }
+}
