@@ -78,6 +78,14 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         counters: http_counters,
         limits,
     });
+    // The control plane in-process (R-OP-1 standalone): REST /v1 on the same listener, its
+    // embedded control store and generated key material in the same data directory.
+    let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
+    let control = {
+        let _enter = tokio.enter();
+        let (control, verifier) = control_config.build(&config.data_dir)?;
+        hub_control::http::router(control, verifier)
+    };
     let listener = tokio
         .block_on(tokio::net::TcpListener::bind(config.http_addr))
         .with_context(|| format!("binding {}", config.http_addr))?;
@@ -86,7 +94,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let server = {
         let stop = stop.clone();
         tokio.spawn(async move {
-            let app = router(api, http);
+            let app = router(api, http).merge(control);
             let shutdown = async move {
                 while !stop.load(Ordering::Acquire) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
