@@ -13,7 +13,9 @@ use crate::catalog::Catalog;
 use crate::destination::{DestinationPolicy, SystemResolver};
 use crate::secrets::Keyring;
 use crate::service::{Control, IdemSettings};
+use crate::store::cql::CqlControlStore;
 use crate::store::embedded::EmbeddedControlStore;
+use crate::store::ControlStore;
 
 #[derive(Debug, Clone)]
 pub struct ControlConfig {
@@ -33,6 +35,15 @@ pub struct ControlConfig {
     pub catalog: Option<PathBuf>,
     /// Env `STREAMING_HUB_DNS_TIMEOUT_MS`. Default 2000.
     pub dns_timeout_ms: u64,
+    /// Env `STREAMING_HUB_STORE`: `cql` keeps subscriptions in ScyllaDB (for `hub-control serve`
+    /// beside engines); anything else, the embedded `control.redb`.
+    pub cql: bool,
+    /// Env `STREAMING_HUB_CQL_NODES` (comma-separated). Default `127.0.0.1:9042`.
+    pub cql_nodes: Vec<String>,
+    /// Env `STREAMING_HUB_CQL_KEYSPACE`. Default `streaming_hub`.
+    pub cql_keyspace: String,
+    /// Env `STREAMING_HUB_CQL_REPLICATION`, used when creating the keyspace.
+    pub cql_replication: String,
 }
 
 impl ControlConfig {
@@ -57,6 +68,17 @@ impl ControlConfig {
                 .map(|v| v.parse().context("STREAMING_HUB_DNS_TIMEOUT_MS"))
                 .transpose()?
                 .unwrap_or(2000),
+            cql: var("STORE").as_deref() == Some("cql"),
+            cql_nodes: var("CQL_NODES")
+                .unwrap_or_else(|| "127.0.0.1:9042".into())
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            cql_keyspace: var("CQL_KEYSPACE").unwrap_or_else(|| "streaming_hub".into()),
+            cql_replication: var("CQL_REPLICATION").unwrap_or_else(|| {
+                "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into()
+            }),
         })
     }
 
@@ -82,8 +104,11 @@ impl ControlConfig {
         TokenVerifier::new(&key, &self.issuer, &self.audience)
     }
 
-    /// Builds the service on the embedded control store in `data_dir`.
-    pub fn build(&self, data_dir: &Path) -> anyhow::Result<(Arc<Control>, Arc<TokenVerifier>)> {
+    /// Builds the service on the configured control store (embedded in `data_dir`, or CQL).
+    pub async fn build(
+        &self,
+        data_dir: &Path,
+    ) -> anyhow::Result<(Arc<Control>, Arc<TokenVerifier>)> {
         let keys = match &self.master_keys {
             Some(k) => k.clone(),
             None => local_secret(&data_dir.join("master.keys"), || {
@@ -91,10 +116,27 @@ impl ControlConfig {
             })?,
         };
         let keyring = Keyring::parse(&keys).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let store = EmbeddedControlStore::open(&data_dir.join("control.redb"))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let idem = IdemSettings::default();
+        let store: Arc<dyn ControlStore> = if self.cql {
+            let retention_s = u32::try_from(idem.retention_ms / 1000).unwrap_or(u32::MAX);
+            Arc::new(
+                CqlControlStore::connect(
+                    &self.cql_nodes,
+                    &self.cql_keyspace,
+                    &self.cql_replication,
+                    retention_s,
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        } else {
+            Arc::new(
+                EmbeddedControlStore::open(&data_dir.join("control.redb"))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        };
         let control = Control {
-            store: Arc::new(store),
+            store,
             keyring: Arc::new(keyring),
             policy: Arc::new(DestinationPolicy {
                 allow: self.allow_private_hosts.iter().cloned().collect(),
@@ -103,7 +145,7 @@ impl ControlConfig {
                 timeout: Duration::from_millis(self.dns_timeout_ms),
             }),
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
-            idem: IdemSettings::default(),
+            idem,
             now_ms,
         };
         Ok((Arc::new(control), Arc::new(self.verifier(data_dir)?)))

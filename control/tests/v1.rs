@@ -25,7 +25,7 @@ struct Hub {
     _dir: tempfile::TempDir,
 }
 
-fn hub() -> Hub {
+async fn hub() -> Hub {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = ControlConfig::from_env(|k| match k {
         "STREAMING_HUB_JWT_HS256_SECRET" => Some(SECRET.into()),
@@ -33,7 +33,7 @@ fn hub() -> Hub {
         _ => None,
     })
     .expect("config");
-    let (control, verifier) = config.build(dir.path()).expect("build");
+    let (control, verifier) = config.build(dir.path()).await.expect("build");
     Hub {
         router: hub_control::http::router(control, verifier),
         _dir: dir,
@@ -118,7 +118,7 @@ async fn create(hub: &Hub, tok: &str, key: &str, body: &str) -> Answer {
 
 #[tokio::test]
 async fn r_cp_1_no_token_is_401_and_a_missing_permission_403() {
-    let hub = hub();
+    let hub = hub().await;
     let a = call(&hub, "GET", "/v1/subscriptions", None, &[], "").await;
     assert_eq!(
         (a.status, a.json["code"].as_str()),
@@ -134,7 +134,7 @@ async fn r_cp_1_no_token_is_401_and_a_missing_permission_403() {
 
 #[tokio::test]
 async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     let a = create(&hub, &tok, "k1", &webhook("orders")).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.json);
@@ -176,7 +176,7 @@ async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it() {
 
 #[tokio::test]
 async fn r_cp_13_idempotency_replay_conflict_and_missing_key() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     let missing = call(
         &hub,
@@ -214,7 +214,7 @@ async fn r_cp_13_idempotency_replay_conflict_and_missing_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription() {
-    let hub = Arc::new(hub());
+    let hub = Arc::new(hub().await);
     let tok = token("t-1", ALL);
     let runs: Vec<_> = (0..8)
         .map(|_| {
@@ -238,7 +238,7 @@ async fn r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription() {
 
 #[tokio::test]
 async fn r_cp_2_names_are_unique_per_tenant_until_deleted() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     assert_eq!(
         create(&hub, &tok, "k1", &webhook("dup")).await.status,
@@ -293,7 +293,7 @@ async fn r_cp_2_names_are_unique_per_tenant_until_deleted() {
 
 #[tokio::test]
 async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing() {
-    let hub = hub();
+    let hub = hub().await;
     let (a, b) = (token("t-a", ALL), token("t-b", ALL));
     let created = create(&hub, &a, "k", &webhook("mine")).await;
     let id = created.json["id"].as_str().expect("id").to_owned();
@@ -339,7 +339,7 @@ async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing() {
 
 #[tokio::test]
 async fn r_cp_10_patch_with_etags() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     let created = create(&hub, &tok, "k", &webhook("p")).await;
     let id = created.json["id"].as_str().expect("id").to_owned();
@@ -417,7 +417,7 @@ async fn r_cp_10_patch_with_etags() {
 
 #[tokio::test]
 async fn r_cp_11_pause_and_resume_are_repeatable() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     let id = create(&hub, &tok, "k", &webhook("pr")).await.json["id"]
         .as_str()
@@ -453,7 +453,7 @@ async fn r_cp_11_pause_and_resume_are_repeatable() {
 
 #[tokio::test]
 async fn r_sec_2_destinations_are_checked_before_any_write() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     for (endpoint, code) in [
         ("https://10.0.0.1/hook", "destination_not_allowed"),
@@ -484,7 +484,7 @@ async fn r_sec_2_destinations_are_checked_before_any_write() {
 
 #[tokio::test]
 async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing() {
-    let hub = hub();
+    let hub = hub().await;
     let tok = token("t-1", ALL);
     let malformed = create(&hub, &tok, "k1", "{\"name\":").await;
     assert_eq!(
@@ -539,7 +539,7 @@ async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing() {
 
 #[tokio::test]
 async fn r_cp_19_the_openapi_document_is_served_and_names_every_route() {
-    let hub = hub();
+    let hub = hub().await;
     let doc = call(&hub, "GET", "/v1/openapi.json", None, &[], "").await;
     assert_eq!(doc.status, StatusCode::OK);
     for p in [

@@ -82,8 +82,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     // embedded control store and generated key material in the same data directory.
     let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
     let control = {
-        let _enter = tokio.enter();
-        let (control, verifier) = control_config.build(&config.data_dir)?;
+        let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
         hub_control::http::router(control, verifier)
     };
     let listener = tokio

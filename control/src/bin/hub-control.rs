@@ -53,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
     let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
     match cli.command {
         Command::Serve { addr } => {
-            let (control, verifier) = config.build(&cli.data_dir)?;
+            let (control, verifier) = config.build(&cli.data_dir).await?;
             let listener = tokio::net::TcpListener::bind(addr).await?;
             tracing::info!(%addr, "control plane listening");
             axum::serve(listener, hub_control::http::router(control, verifier))

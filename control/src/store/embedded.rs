@@ -321,3 +321,15 @@ impl EmbeddedControlStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_cp_13_embedded_control_store_passes_the_conformance_suite() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open");
+        crate::store::conformance::run_all(Arc::new(store), "embedded").await;
+    }
+}

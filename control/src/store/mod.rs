@@ -1,7 +1,10 @@
 //! The control plane's store contract: subscriptions (with a name index and a revision per
 //! change), the revision log engines follow, and idempotency records. Implemented by `embedded`
-//! (redb; the standalone hub) — the CQL implementation is still to come.
+//! (redb; the standalone hub) and `cql` (ScyllaDB).
 
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+pub mod cql;
 pub mod embedded;
 
 use async_trait::async_trait;
