@@ -85,14 +85,7 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
 }
 
 /// Authenticates, reads the key and the body, then runs `f`.
-async fn mutation<F, Fut>(
-    api: Api,
-    headers: HeaderMap,
-    body: Body,
-    method: &str,
-    path: String,
-    f: F,
-) -> Response
+async fn mutation<F, Fut>(api: Api, headers: HeaderMap, body: Body, path: String, f: F) -> Response
 where
     F: FnOnce(Api, Principal, Option<String>, Vec<u8>, String) -> Fut,
     Fut: std::future::Future<Output = Reply>,
@@ -110,7 +103,6 @@ where
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let _ = method;
     send(f(api, who, key, body, path).await)
 }
 
@@ -119,7 +111,6 @@ async fn create(State(api): State<Api>, headers: HeaderMap, body: Body) -> Respo
         api,
         headers,
         body,
-        "POST",
         "/v1/subscriptions".into(),
         |api, who, key, body, path| async move {
             api.control
@@ -177,7 +168,6 @@ async fn patch(
         api,
         headers,
         body,
-        "PATCH",
         path,
         |api, who, key, body, path| async move {
             api.control
@@ -209,7 +199,6 @@ async fn delete(
         api,
         headers,
         body,
-        "DELETE",
         path,
         |api, who, key, body, path| async move {
             api.control
