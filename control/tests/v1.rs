@@ -20,24 +20,57 @@ const ALL: &[&str] = &[
     "subscriptions:delete",
 ];
 
+/// Which control store a test runs on: every test runs on both.
+#[derive(Debug, Clone, Copy)]
+enum Store {
+    Embedded,
+    /// The CQL server started by `scripts/services up` (keyspace `hub_control_v1_it`).
+    Cql,
+}
+
 struct Hub {
     router: Router,
+    /// Makes this test's tenants unique, so runs on the shared CQL keyspace never meet.
+    ns: String,
     _dir: tempfile::TempDir,
 }
 
-async fn hub() -> Hub {
+async fn hub(store: Store) -> Hub {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = ControlConfig::from_env(|k| match k {
-        "STREAMING_HUB_JWT_HS256_SECRET" => Some(SECRET.into()),
-        "STREAMING_HUB_ALLOW_PRIVATE_HOSTS" => Some("127.0.0.1".into()),
+    let config = ControlConfig::from_env(|k| match (k, store) {
+        ("STREAMING_HUB_JWT_HS256_SECRET", _) => Some(SECRET.into()),
+        ("STREAMING_HUB_ALLOW_PRIVATE_HOSTS", _) => Some("127.0.0.1".into()),
+        ("STREAMING_HUB_STORE", Store::Cql) => Some("cql".into()),
+        ("STREAMING_HUB_CQL_KEYSPACE", Store::Cql) => Some("hub_control_v1_it".into()),
         _ => None,
     })
     .expect("config");
     let (control, verifier) = config.build(dir.path()).await.expect("build");
     Hub {
         router: hub_control::http::router(control, verifier),
+        ns: uuid::Uuid::now_v7().simple().to_string(),
         _dir: dir,
     }
+}
+
+impl Hub {
+    fn token(&self, tenant: &str, perms: &[&str]) -> String {
+        token(&format!("{}-{tenant}", self.ns), perms)
+    }
+}
+
+/// Runs an `async fn(Store)` test once per store.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Store::Embedded).await })*
+        }
+        mod cql {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Store::Cql).await })*
+        }
+    };
 }
 
 fn token(tenant: &str, perms: &[&str]) -> String {
@@ -116,15 +149,14 @@ async fn create(hub: &Hub, tok: &str, key: &str, body: &str) -> Answer {
     .await
 }
 
-#[tokio::test]
-async fn r_cp_1_no_token_is_401_and_a_missing_permission_403() {
-    let hub = hub().await;
+async fn r_cp_1_no_token_is_401_and_a_missing_permission_403(store: Store) {
+    let hub = hub(store).await;
     let a = call(&hub, "GET", "/v1/subscriptions", None, &[], "").await;
     assert_eq!(
         (a.status, a.json["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("unauthorized"))
     );
-    let reader = token("t-1", &["subscriptions:get"]);
+    let reader = hub.token("t-1", &["subscriptions:get"]);
     let a = create(&hub, &reader, "k1", &webhook("w")).await;
     assert_eq!(
         (a.status, a.json["code"].as_str()),
@@ -132,10 +164,9 @@ async fn r_cp_1_no_token_is_401_and_a_missing_permission_403() {
     );
 }
 
-#[tokio::test]
-async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     let a = create(&hub, &tok, "k1", &webhook("orders")).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.json);
     let secret = a.json["secret"]
@@ -174,10 +205,9 @@ async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it() {
     }
 }
 
-#[tokio::test]
-async fn r_cp_13_idempotency_replay_conflict_and_missing_key() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn r_cp_13_idempotency_replay_conflict_and_missing_key(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     let missing = call(
         &hub,
         "POST",
@@ -208,14 +238,13 @@ async fn r_cp_13_idempotency_replay_conflict_and_missing_key() {
         "one subscription"
     );
     // A key is the tenant's own: another tenant may use the same key.
-    let b = create(&hub, &token("t-2", ALL), "key-1", &webhook("a")).await;
+    let b = create(&hub, &hub.token("t-2", ALL), "key-1", &webhook("a")).await;
     assert_eq!(b.status, StatusCode::CREATED);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription() {
-    let hub = Arc::new(hub().await);
-    let tok = token("t-1", ALL);
+async fn r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription(store: Store) {
+    let hub = Arc::new(hub(store).await);
+    let tok = hub.token("t-1", ALL);
     let runs: Vec<_> = (0..8)
         .map(|_| {
             let (hub, tok) = (hub.clone(), tok.clone());
@@ -236,10 +265,9 @@ async fn r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription() {
     assert_eq!(list.json["items"].as_array().map(Vec::len), Some(1));
 }
 
-#[tokio::test]
-async fn r_cp_2_names_are_unique_per_tenant_until_deleted() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn r_cp_2_names_are_unique_per_tenant_until_deleted(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     assert_eq!(
         create(&hub, &tok, "k1", &webhook("dup")).await.status,
         StatusCode::CREATED
@@ -291,10 +319,9 @@ async fn r_cp_2_names_are_unique_per_tenant_until_deleted() {
     assert_ne!(id, first_id);
 }
 
-#[tokio::test]
-async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing() {
-    let hub = hub().await;
-    let (a, b) = (token("t-a", ALL), token("t-b", ALL));
+async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing(store: Store) {
+    let hub = hub(store).await;
+    let (a, b) = (hub.token("t-a", ALL), hub.token("t-b", ALL));
     let created = create(&hub, &a, "k", &webhook("mine")).await;
     let id = created.json["id"].as_str().expect("id").to_owned();
     let etag = created.headers["etag"].to_str().expect("etag").to_owned();
@@ -337,10 +364,9 @@ async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn r_cp_10_patch_with_etags() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn r_cp_10_patch_with_etags(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     let created = create(&hub, &tok, "k", &webhook("p")).await;
     let id = created.json["id"].as_str().expect("id").to_owned();
     let etag = created.headers["etag"].to_str().expect("etag").to_owned();
@@ -415,10 +441,9 @@ async fn r_cp_10_patch_with_etags() {
     );
 }
 
-#[tokio::test]
-async fn r_cp_11_pause_and_resume_are_repeatable() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn r_cp_11_pause_and_resume_are_repeatable(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     let id = create(&hub, &tok, "k", &webhook("pr")).await.json["id"]
         .as_str()
         .expect("id")
@@ -451,10 +476,9 @@ async fn r_cp_11_pause_and_resume_are_repeatable() {
     }
 }
 
-#[tokio::test]
-async fn r_sec_2_destinations_are_checked_before_any_write() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn r_sec_2_destinations_are_checked_before_any_write(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     for (endpoint, code) in [
         ("https://10.0.0.1/hook", "destination_not_allowed"),
         ("https://0xa.1/hook", "destination_not_allowed"), // 10.0.0.1 in inet_aton hex
@@ -482,10 +506,9 @@ async fn r_sec_2_destinations_are_checked_before_any_write() {
     );
 }
 
-#[tokio::test]
-async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing() {
-    let hub = hub().await;
-    let tok = token("t-1", ALL);
+async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
     let malformed = create(&hub, &tok, "k1", "{\"name\":").await;
     assert_eq!(
         (malformed.status, malformed.json["code"].as_str()),
@@ -537,9 +560,8 @@ async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn r_cp_19_the_openapi_document_is_served_and_names_every_route() {
-    let hub = hub().await;
+async fn r_cp_19_the_openapi_document_is_served_and_names_every_route(store: Store) {
+    let hub = hub(store).await;
     let doc = call(&hub, "GET", "/v1/openapi.json", None, &[], "").await;
     assert_eq!(doc.status, StatusCode::OK);
     for p in [
@@ -551,3 +573,106 @@ async fn r_cp_19_the_openapi_document_is_served_and_names_every_route() {
         assert!(doc.json["paths"].get(p).is_some(), "{p}");
     }
 }
+
+/// Every log line of this test binary, at TRACE, for the secrets check.
+static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut logs) = LOGS.lock() {
+            logs.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(|| Capture)
+            .try_init();
+    });
+}
+
+/// R-SEC-1: a secret appears in the create response and nowhere else: not in reads, errors, replays
+/// of other requests, or any log line written meanwhile.
+async fn r_sec_1_no_secret_in_reads_errors_or_logs(store: Store) {
+    capture_logs();
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let created = create(&hub, &tok, "s1", &webhook("secretive")).await;
+    let secret = created.json["secret"].as_str().expect("secret").to_owned();
+    let id = created.json["id"].as_str().expect("id").to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+    let mut answers = vec![
+        call(&hub, "GET", &path, Some(&tok), &[], "").await,
+        call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await,
+        create(&hub, &tok, "s1", &webhook("other-body")).await,
+        create(&hub, &tok, "s2", &webhook("secretive")).await,
+        call(
+            &hub,
+            "PATCH",
+            &path,
+            Some(&tok),
+            &[("x-idempotency", "p")],
+            "{\"schema_major\": 1, \"name\": \"renamed\"}",
+        )
+        .await,
+        call(
+            &hub,
+            "PATCH",
+            &path,
+            Some(&tok),
+            &[("x-idempotency", "q")],
+            "{\"secret\": \"x\"}",
+        )
+        .await,
+    ];
+    answers.push(
+        call(
+            &hub,
+            "DELETE",
+            &path,
+            Some(&tok),
+            &[("x-idempotency", "d")],
+            "",
+        )
+        .await,
+    );
+    for a in &answers {
+        let text = String::from_utf8_lossy(&a.raw);
+        assert!(
+            !text.contains(&secret) && !text.contains("whsec_"),
+            "{}: {text}",
+            a.status
+        );
+    }
+    let logs =
+        String::from_utf8_lossy(&LOGS.lock().map(|l| l.clone()).unwrap_or_default()).into_owned();
+    assert!(
+        !logs.contains(&secret) && !logs.contains("whsec_"),
+        "a secret reached the logs"
+    );
+}
+
+on_both_stores!(
+    r_sec_1_no_secret_in_reads_errors_or_logs,
+    r_cp_1_no_token_is_401_and_a_missing_permission_403,
+    r_cp_3_create_returns_the_secret_once_and_reads_never_show_it,
+    r_cp_13_idempotency_replay_conflict_and_missing_key,
+    r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription,
+    r_cp_2_names_are_unique_per_tenant_until_deleted,
+    r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing,
+    r_cp_10_patch_with_etags,
+    r_cp_11_pause_and_resume_are_repeatable,
+    r_sec_2_destinations_are_checked_before_any_write,
+    bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing,
+    r_cp_19_the_openapi_document_is_served_and_names_every_route,
+);
