@@ -76,6 +76,22 @@ impl Catalog {
         }
     }
 
+    /// Adds every key of a batch of accepted events; the write lock is taken only when one is new.
+    pub fn observe_all<'a>(&self, keys: impl Iterator<Item = (&'a str, &'a str, u32)>) {
+        let new: Vec<(&str, &str, u32)> = match self.entries.read() {
+            Ok(e) => keys
+                .filter(|(k, o, m)| {
+                    !e.get(&((*k).to_owned(), (*o).to_owned()))
+                        .is_some_and(|majors| majors.contains(m))
+                })
+                .collect(),
+            Err(_) => return,
+        };
+        for (k, o, m) in new {
+            self.observe(k, o, m);
+        }
+    }
+
     /// R-CP-3: each key must exist at its major (from that `origin` when given); unchecked when
     /// the catalog is unreadable or lists nothing yet.
     pub fn check(

@@ -13,7 +13,7 @@ use crate::config::{HubConfig, StoreKind};
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
-use crate::ingest::{dlq, RecordIn};
+use crate::ingest::{dlq, KeyObserver, RecordIn};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
 use crate::store::cql::{CqlSettings, CqlStore};
 use crate::store::embedded::EmbeddedStore;
@@ -73,18 +73,20 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         store: store.clone(),
         counters: all_counters,
     });
+    // The control plane in-process (R-OP-1 standalone): REST /v1 on the same listener, its
+    // embedded control store and generated key material in the same data directory.
+    let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
+    let (control, catalog) = {
+        let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
+        let catalog: Arc<dyn KeyObserver> = control.catalog.clone();
+        (hub_control::http::router(control, verifier), catalog)
+    };
     let http = Arc::new(HttpIngest {
         store: store.clone(),
         counters: http_counters,
         limits,
+        observer: Some(catalog.clone()),
     });
-    // The control plane in-process (R-OP-1 standalone): REST /v1 on the same listener, its
-    // embedded control store and generated key material in the same data directory.
-    let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
-    let control = {
-        let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
-        hub_control::http::router(control, verifier)
-    };
     let listener = tokio
         .block_on(tokio::net::TcpListener::bind(config.http_addr))
         .with_context(|| format!("binding {}", config.http_addr))?;
@@ -123,6 +125,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
                 limits,
                 shards,
                 stop.clone(),
+                catalog,
             )?)
         }
         None => None,
@@ -155,6 +158,7 @@ fn start_kafka(
     limits: VerdictLimits,
     shards: usize,
     stop: Arc<AtomicBool>,
+    observer: Arc<dyn KeyObserver>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     let (commit_tx, commit_rx) = mpsc::channel();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards)
@@ -166,6 +170,7 @@ fn start_kafka(
 
     let shard_thread = {
         let (store, bridge, shards_done) = (store.clone(), bridge.clone(), shards_done.clone());
+        let observer = Some(observer);
         let max_batch = config.max_batch;
         std::thread::Builder::new()
             .name("hub-shards".into())
@@ -187,6 +192,7 @@ fn start_kafka(
                             limits,
                             max_batch,
                             commits: commit_tx.clone(),
+                            observer: observer.clone(),
                         };
                         async move {
                             if let Some(rx) = rx {

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 
-use super::{judge_into, Judged, RecordIn};
+use super::{judge_into, Judged, KeyObserver, RecordIn};
 use crate::store::{Fence, IngestBatch, Store, UnitId};
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
@@ -20,6 +20,8 @@ pub struct HttpIngest {
     pub store: Arc<dyn Store>,
     pub counters: Arc<VerdictCounters>,
     pub limits: VerdictLimits,
+    /// Told the events of every durable batch (the catalog), if any.
+    pub observer: Option<Arc<dyn KeyObserver>>,
 }
 
 /// `POST /ingest/{source}`.
@@ -49,12 +51,18 @@ pub async fn ingest(
         crate::clock::now_ms(),
     );
     let unit = UnitId::new(record.topic.clone(), 0);
+    let batch = Arc::new(batch);
     let outcome = match state
         .store
-        .write_batch(&unit, Fence::UNFENCED, Arc::new(batch))
+        .write_batch(&unit, Fence::UNFENCED, batch.clone())
         .await
     {
-        Ok(o) => o,
+        Ok(o) => {
+            if let Some(observer) = &state.observer {
+                observer.observe(&batch.events);
+            }
+            o
+        }
         Err(e) => {
             tracing::error!(error = %e, "http ingest: store write failed");
             return (

@@ -142,3 +142,19 @@ pub fn bounded_headers(headers: &[(String, Option<Vec<u8>>)]) -> Vec<RawHeader> 
         })
         .collect()
 }
+
+/// Learns the event keys of accepted events (the control plane's catalog, R-CP-15). Called after
+/// a batch is durable, with its events.
+pub trait KeyObserver: Send + Sync + std::fmt::Debug {
+    fn observe(&self, events: &[crate::store::InboxEvent]);
+}
+
+impl KeyObserver for hub_control::catalog::Catalog {
+    fn observe(&self, events: &[crate::store::InboxEvent]) {
+        self.observe_all(
+            events
+                .iter()
+                .map(|e| (e.key.as_str(), e.source.as_str(), e.schema_major)),
+        );
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::kafka::Commit;
-use super::{judge_into, RecordIn};
+use super::{judge_into, KeyObserver, RecordIn};
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{Fence, IngestBatch, Store, StoreError, UnitId};
 use crate::verdict::{topic_source, VerdictCounters, VerdictLimits};
@@ -25,6 +25,8 @@ pub struct ShardIngest {
     /// Most records persisted in one pass (over all of this shard's partitions).
     pub max_batch: usize,
     pub commits: mpsc::Sender<Commit>,
+    /// Told the events of every durable batch (the catalog), if any.
+    pub observer: Option<Arc<dyn KeyObserver>>,
 }
 
 impl ShardIngest {
@@ -101,6 +103,9 @@ impl ShardIngest {
                 Ok(outcome) => {
                     self.counters
                         .count_duplicates(outcome.duplicates.len() as u64);
+                    if let Some(o) = &self.observer {
+                        o.observe(&batch.events);
+                    }
                     if let Some(next) = batch.next_offset {
                         // The receiver lives as long as the consumer thread; if it is gone the
                         // engine is stopping and the position is simply replayed next time.

@@ -1,5 +1,6 @@
 //! The engine's integration tests: the `streaming-hub` binary against real Kafka (started by
 //! `scripts/services up`), checked through its store file and Kafka's committed offsets.
 
+mod catalog;
 mod ingest_kafka;
 mod support;
