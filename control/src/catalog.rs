@@ -32,6 +32,8 @@ pub struct Catalog {
     entries: RwLock<BTreeMap<(String, String), BTreeSet<u32>>>,
     /// False when the configured file could not be read: keys are then accepted unchecked.
     readable: bool,
+    /// When keys recorded by engines in other processes were last merged in (Unix ms).
+    synced_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Catalog {
@@ -90,6 +92,18 @@ impl Catalog {
         for (k, o, m) in new {
             self.observe(k, o, m);
         }
+    }
+
+    /// Whether keys recorded in the store are due to be merged in again (every `every_ms`); marks
+    /// the sync as done when they are.
+    pub fn sync_due(&self, now_ms: i64, every_ms: i64) -> bool {
+        use std::sync::atomic::Ordering;
+        let last = self.synced_ms.load(Ordering::Relaxed);
+        now_ms - last >= every_ms
+            && self
+                .synced_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// R-CP-3: each key must exist at its major (from that `origin` when given); unchecked when

@@ -234,7 +234,7 @@ async fn resume(State(api): State<Api>, headers: HeaderMap, Path(id): Path<Strin
 
 async fn catalog(State(api): State<Api>, headers: HeaderMap) -> Response {
     match principal(&api, &headers) {
-        Ok(who) => send(api.control.catalog(&who)),
+        Ok(who) => send(api.control.catalog(&who).await),
         Err(e) => e.into_response(),
     }
 }

@@ -94,6 +94,9 @@ fn write_outcome(e: ControlStoreError) -> Outcome {
     }
 }
 
+/// How often keys recorded by engines in other processes are merged into the catalog.
+const CATALOG_SYNC_MS: i64 = 5_000;
+
 /// Idempotency settings (R-CP-13).
 #[derive(Debug, Clone, Copy)]
 pub struct IdemSettings {
@@ -272,6 +275,19 @@ impl Control {
                     .idem_unrecorded(&who.tenant, key, (self.now_ms)())
                     .await;
                 unrecorded().into()
+            }
+        }
+    }
+
+    /// Merges keys engines recorded in the store (other processes) into the catalog, at most every
+    /// few seconds. A store failure leaves the catalog as it was.
+    async fn sync_catalog(&self) {
+        if self.catalog.sync_due((self.now_ms)(), CATALOG_SYNC_MS) {
+            match self.store.observed_keys().await {
+                Ok(keys) => self
+                    .catalog
+                    .observe_all(keys.iter().map(|(k, o, m)| (k.as_str(), o.as_str(), *m))),
+                Err(e) => tracing::warn!(error = %e, "reading observed event keys failed"),
             }
         }
     }
@@ -474,6 +490,7 @@ impl Control {
             }
             let mut next = current.clone();
             edit.apply(&mut next);
+            self.sync_catalog().await;
             let types = edit.event_types.as_ref().unwrap_or(&next.event_types);
             if let Err(e) = self.catalog.check(
                 types,
@@ -562,11 +579,12 @@ impl Control {
     }
 
     /// `GET /v1/catalog` (R-CP-15).
-    pub fn catalog(&self, who: &Principal) -> Reply {
-        match who.require(Permission::Get) {
-            Ok(()) => Reply::json(200, &self.catalog.list()),
-            Err(e) => e.into(),
+    pub async fn catalog(&self, who: &Principal) -> Reply {
+        if let Err(e) = who.require(Permission::Get) {
+            return e.into();
         }
+        self.sync_catalog().await;
+        Reply::json(200, &self.catalog.list())
     }
 }
 

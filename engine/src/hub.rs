@@ -13,7 +13,7 @@ use crate::config::{HubConfig, StoreKind};
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
-use crate::ingest::{dlq, KeyObserver, RecordIn};
+use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
 use crate::store::cql::{CqlSettings, CqlStore};
 use crate::store::embedded::EmbeddedStore;
@@ -78,7 +78,19 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
     let (control, catalog) = {
         let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
-        let catalog: Arc<dyn KeyObserver> = control.catalog.clone();
+        let in_process: Arc<dyn KeyObserver> = control.catalog.clone();
+        let catalog: Arc<dyn KeyObserver> = match config.store {
+            StoreKind::Embedded => in_process,
+            // Also for control planes in other processes, which read keys from the store.
+            StoreKind::Cql => Arc::new(Observers(vec![
+                in_process,
+                Arc::new(StoreKeyObserver {
+                    store: store.clone(),
+                    tokio: tokio.handle().clone(),
+                    seen: Arc::default(),
+                }),
+            ])),
+        };
         (hub_control::http::router(control, verifier), catalog)
     };
     let http = Arc::new(HttpIngest {

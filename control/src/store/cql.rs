@@ -81,6 +81,7 @@ struct Statements {
     idem_swap: PreparedStatement,
     idem_set: PreparedStatement,
     idem_delete: PreparedStatement,
+    observed_keys: PreparedStatement,
 }
 
 pub struct CqlControlStore {
@@ -179,6 +180,7 @@ impl CqlControlStore {
             idem_create: prepare(s, "INSERT INTO idempotency (tenant, key, record) VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?", true, false).await?,
             idem_swap: prepare(s, "UPDATE idempotency USING TTL ? SET record = ? WHERE tenant = ? AND key = ? IF record = ?", true, false).await?,
             idem_set: prepare(s, "UPDATE idempotency USING TTL ? SET record = ? WHERE tenant = ? AND key = ? IF EXISTS", true, false).await?,
+            observed_keys: prepare(s, "SELECT key, origin, major FROM catalog_keys WHERE part = 0", false, false).await?,
             idem_delete: prepare(s, "DELETE FROM idempotency WHERE tenant = ? AND key = ? IF EXISTS", true, false).await?,
         };
         Ok(Self {
@@ -525,6 +527,22 @@ impl ControlStore for CqlControlStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn observed_keys(&self) -> Result<Vec<(String, String, u32)>, ControlStoreError> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.st.observed_keys, ())
+            .await
+            .map_err(unavailable)?
+            .into_rows_result()
+            .map_err(unavailable)?;
+        let mut out = Vec::new();
+        for row in rows.rows::<(String, String, i32)>().map_err(unavailable)? {
+            let (key, origin, major) = row.map_err(unavailable)?;
+            out.push((key, origin, u32::try_from(major).unwrap_or(0)));
+        }
+        Ok(out)
     }
 
     async fn idem_unrecorded(

@@ -174,4 +174,10 @@ pub trait ControlStore: Send + Sync + std::fmt::Debug {
         key: &str,
         now_ms: i64,
     ) -> Result<(), ControlStoreError>;
+
+    /// Event keys engines recorded from accepted events `(key, origin, major)` (R-CP-15). The
+    /// embedded store has none: there the engine feeds the catalog in-process.
+    async fn observed_keys(&self) -> Result<Vec<(String, String, u32)>, ControlStoreError> {
+        Ok(Vec::new())
+    }
 }

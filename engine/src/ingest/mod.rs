@@ -158,3 +158,51 @@ impl KeyObserver for hub_control::catalog::Catalog {
         );
     }
 }
+
+/// Records keys in the store the first time this process sees them, for a control plane running
+/// as its own process. Writes run on the tokio side; a failed write is retried on the next sight.
+#[derive(Debug)]
+pub struct StoreKeyObserver {
+    pub store: std::sync::Arc<dyn crate::store::Store>,
+    pub tokio: tokio::runtime::Handle,
+    pub seen: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String, u32)>>>,
+}
+
+impl KeyObserver for StoreKeyObserver {
+    fn observe(&self, events: &[crate::store::InboxEvent]) {
+        let new: Vec<(String, String, u32)> = match self.seen.lock() {
+            Ok(mut seen) => events
+                .iter()
+                .map(|e| (e.key.clone(), e.source.clone(), e.schema_major))
+                .filter(|k| seen.insert(k.clone()))
+                .collect(),
+            Err(_) => return,
+        };
+        if new.is_empty() {
+            return;
+        }
+        let (store, seen) = (self.store.clone(), self.seen.clone());
+        self.tokio.spawn(async move {
+            if let Err(e) = store.record_catalog_keys(new.clone()).await {
+                tracing::warn!(error = %e, "recording catalog keys failed; will retry");
+                if let Ok(mut s) = seen.lock() {
+                    for k in &new {
+                        s.remove(k);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Tells several observers.
+#[derive(Debug)]
+pub struct Observers(pub Vec<std::sync::Arc<dyn KeyObserver>>);
+
+impl KeyObserver for Observers {
+    fn observe(&self, events: &[crate::store::InboxEvent]) {
+        for o in &self.0 {
+            o.observe(events);
+        }
+    }
+}

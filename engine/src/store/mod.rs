@@ -87,6 +87,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<Page<DlqObservation>, StoreError>;
 
+    /// Records event keys seen in accepted events `(key, origin, major)` for a control plane in
+    /// another process (R-CP-15). The embedded store has no such reader: a no-op.
+    async fn record_catalog_keys(
+        &self,
+        keys: Vec<(String, String, u32)>,
+    ) -> Result<(), StoreError> {
+        let _ = keys;
+        Ok(())
+    }
+
     /// Time spent per phase of `write_batch` since start (for `/metrics` and the load test).
     fn write_timings(&self) -> Vec<timings::PhaseTotal> {
         Vec::new()

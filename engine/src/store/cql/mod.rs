@@ -369,6 +369,21 @@ impl Store for CqlStore {
         .await
     }
 
+    async fn record_catalog_keys(
+        &self,
+        keys: Vec<(String, String, u32)>,
+    ) -> Result<(), StoreError> {
+        let writes = keys.iter().map(|(key, origin, major)| {
+            let major = i32::try_from(*major).unwrap_or(i32::MAX);
+            self.session
+                .execute_unpaged(&self.st.catalog_key, (key, origin, major))
+        });
+        futures::future::try_join_all(writes)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     fn write_timings(&self) -> Vec<PhaseTotal> {
         self.timings.snapshot()
     }

@@ -30,6 +30,7 @@ pub struct Statements {
     pub seen_claim: PreparedStatement,
     pub listing_put: PreparedStatement,
     pub listing_scan: PreparedStatement,
+    pub catalog_key: PreparedStatement,
 }
 
 #[derive(Clone, Copy)]
@@ -153,6 +154,11 @@ impl Statements {
             .await?,
             listing_scan: p(
                 "SELECT qid, record FROM forensics WHERE kind = ? AND day = ? AND qid >= ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+            catalog_key: p(
+                "INSERT INTO catalog_keys (part, key, origin, major) VALUES (0, ?, ?, ?)",
                 Plain,
             )
             .await?,
