@@ -11,6 +11,7 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod hub;
 pub mod ingest;
 pub mod runtime;

@@ -1,0 +1,13 @@
+//! Delivery decisions as pure code (DESIGN invariant 3): every function takes `now` and, where
+//! chance is involved, a random source, and returns a decision; the sinks and wheels (issue 6)
+//! carry them out.
+//!
+//! - `retry`: the backoff curve with full jitter, per-subscription overrides, the eight-attempt
+//!   and 24-hour last-attempt rules (R-DI-6, R-DI-7).
+//! - `breaker`: the circuit breaker per (tenant, destination) with its last-attempt exception
+//!   (R-DI-9).
+//! - `autodisable`: the failure streak and its two-gate verdict (R-DI-10).
+
+pub mod autodisable;
+pub mod breaker;
+pub mod retry;
