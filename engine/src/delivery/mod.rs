@@ -2,12 +2,16 @@
 //! chance is involved, a random source, and returns a decision; the sinks and wheels (issue 6)
 //! carry them out.
 //!
+//! - `matching`: the per-revision index of who wants an event (R-MA-1 … 3).
 //! - `retry`: the backoff curve with full jitter, per-subscription overrides, the eight-attempt
 //!   and 24-hour last-attempt rules (R-DI-6, R-DI-7).
 //! - `breaker`: the circuit breaker per (tenant, destination) with its last-attempt exception
 //!   (R-DI-9).
 //! - `autodisable`: the failure streak and its two-gate verdict (R-DI-10).
+//! - `signature`: webhook signatures, ours and Standard Webhooks, dual during rotation (R-DI-12).
 
 pub mod autodisable;
 pub mod breaker;
+pub mod matching;
 pub mod retry;
+pub mod signature;
