@@ -2,6 +2,8 @@
 //! chance is involved, a random source, and returns a decision; the sinks and wheels (issue 6)
 //! carry them out.
 //!
+//! - `fairness`: deficit round robin over tenants by weight, half the workers per destination
+//!   (R-DI-2, R-DI-3).
 //! - `matching`: the per-revision index of who wants an event (R-MA-1 … 3).
 //! - `retry`: the backoff curve with full jitter, per-subscription overrides, the eight-attempt
 //!   and 24-hour last-attempt rules (R-DI-6, R-DI-7).
@@ -12,6 +14,7 @@
 
 pub mod autodisable;
 pub mod breaker;
+pub mod fairness;
 pub mod matching;
 pub mod retry;
 pub mod signature;
