@@ -62,7 +62,7 @@ impl Scheduler {
     }
 
     /// The next job for a free worker, or `None` when nothing can run now.
-    pub fn next(&mut self) -> Option<(String, Due)> {
+    pub fn take_next(&mut self) -> Option<(String, Due)> {
         for _ in 0..self.rotation.len() {
             let tenant = self.rotation.front()?.clone();
             let cap = self.per_destination_cap;
@@ -127,13 +127,13 @@ mod tests {
             );
         }
         for _ in 0..1000 {
-            let (_, d) = s.next().expect("job");
+            let (_, d) = s.take_next().expect("job");
             s.done(&d.destination);
         }
         s.push("cold", weight_of(None), due(1_000_000, "cold-dest"));
         let mut picks = 0;
         loop {
-            let (tenant, d) = s.next().expect("job");
+            let (tenant, d) = s.take_next().expect("job");
             s.done(&d.destination);
             picks += 1;
             if tenant == "cold" {
@@ -155,7 +155,7 @@ mod tests {
         }
         let mut counts = HashMap::new();
         for _ in 0..500 {
-            let (t, d) = s.next().expect("job");
+            let (t, d) = s.take_next().expect("job");
             s.done(&d.destination);
             *counts.entry(t).or_insert(0) += 1;
         }
@@ -174,20 +174,20 @@ mod tests {
         }
         let mut running = Vec::new();
         while running.len() < 8 {
-            running.push(s.next().expect("a worker is free").1);
+            running.push(s.take_next().expect("a worker is free").1);
         }
         let slow = running.iter().filter(|d| d.destination == "slow").count();
         assert_eq!(slow, 4, "half of 8 workers");
         // With the slow destination at its cap, its tenant's jobs wait; others still run.
         s.push("c", 1, due(999, "other"));
-        assert_eq!(s.next().map(|(t, _)| t), Some("c".into()));
+        assert_eq!(s.take_next().map(|(t, _)| t), Some("c".into()));
         for _ in 0..4 {
-            if let Some((_, d)) = s.next() {
+            if let Some((_, d)) = s.take_next() {
                 assert_ne!(d.destination, "slow");
             }
         }
         s.done("slow");
-        let freed = std::iter::from_fn(|| s.next()).find(|(_, d)| d.destination == "slow");
+        let freed = std::iter::from_fn(|| s.take_next()).find(|(_, d)| d.destination == "slow");
         assert!(freed.is_some(), "a finished slow job frees one slot");
     }
 }
