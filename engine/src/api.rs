@@ -1,6 +1,5 @@
-//! The engine's HTTP surface: ingest, operator reads (`/admin/...`), metrics and health.
-//! `/admin` has no auth yet: the standalone hub binds to loopback by default (the control
-//! plane's Access Manager auth lands with the control process).
+//! The engine's HTTP surface: ingest, operator reads (`/admin/...`, behind an Access Manager token
+//! with the operator `admin` permission), metrics and health.
 
 use std::sync::Arc;
 
@@ -10,6 +9,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use hub_control::auth::TokenVerifier;
+use hub_control::error::ApiError;
 
 use crate::ingest::http::{ingest, HttpIngest};
 use crate::store::{
@@ -37,21 +39,50 @@ impl ApiState {
 
 /// Builds the router; the largest request body is twice the value limit so an oversized value
 /// still reaches the verdict (and is quarantined with a prefix) instead of being cut off.
-pub fn router(api: Arc<ApiState>, http: Arc<HttpIngest>) -> Router {
+pub fn router(api: Arc<ApiState>, http: Arc<HttpIngest>, operators: Arc<TokenVerifier>) -> Router {
     let body_limit = http.limits.max_value_bytes.saturating_mul(2).max(64 * 1024);
     let ingest_routes = Router::new()
         .route("/ingest/{source}", post(ingest))
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .with_state(http);
-    Router::new()
+    let admin_routes = Router::new()
         .route("/admin/quarantine", get(list_quarantine))
         .route("/admin/dlq", get(list_dlq))
         .route("/admin/events", get(list_events))
+        .route_layer(axum::middleware::from_fn_with_state(
+            operators,
+            require_admin,
+        ))
+        .with_state(api.clone());
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(|| async { "ok" }))
         .route("/ready", get(|| async { "ready" }))
         .with_state(api)
+        .merge(admin_routes)
         .merge(ingest_routes)
+}
+
+/// `/admin` reads every tenant's records: only an operator token (`admin` permission) may.
+async fn require_admin(
+    State(operators): State<Arc<TokenVerifier>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let header = match request.headers().get("authorization").map(|v| v.to_str()) {
+        Some(Err(_)) => {
+            return ApiError::bad_request("the authorization header is not valid text")
+                .into_response()
+        }
+        Some(Ok(v)) => Some(v),
+        None => None,
+    };
+    match operators.verify(header) {
+        Ok(p) if p.permissions.iter().any(|g| g == "admin") => next.run(request).await,
+        Ok(_) => ApiError::forbidden("the operator admin permission is required").into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn metrics(State(api): State<Arc<ApiState>>) -> String {

@@ -76,8 +76,9 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     // The control plane in-process (R-OP-1 standalone): REST /v1 on the same listener, its
     // embedded control store and generated key material in the same data directory.
     let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
-    let (control, catalog) = {
+    let (control, catalog, operators) = {
         let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
+        let operators = verifier.clone();
         let in_process: Arc<dyn KeyObserver> = control.catalog.clone();
         let catalog: Arc<dyn KeyObserver> = match config.store {
             StoreKind::Embedded => in_process,
@@ -91,7 +92,11 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
                 }),
             ])),
         };
-        (hub_control::http::router(control, verifier), catalog)
+        (
+            hub_control::http::router(control, verifier),
+            catalog,
+            operators,
+        )
     };
     let http = Arc::new(HttpIngest {
         store: store.clone(),
@@ -107,7 +112,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let server = {
         let stop = stop.clone();
         tokio.spawn(async move {
-            let app = router(api, http).merge(control);
+            let app = router(api, http, operators).merge(control);
             let shutdown = async move {
                 while !stop.load(Ordering::Acquire) {
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,7 +1,6 @@
 //! R-CP-15: keys of accepted events join the control plane's catalog (standalone hub, in-process
 //! control plane), so subscriptions can name them and unknown keys are refused from then on.
 
-use hub_control::auth::{mint_hs256, Mint};
 use serde_json::Value;
 
 use crate::support::*;
@@ -33,22 +32,11 @@ async fn r_cp_15_accepted_event_keys_join_the_catalog() {
         Backend::Embedded,
     );
     engine.wait_ready().await;
-    let secret =
-        std::fs::read_to_string(dir.path().join("jwt-hs256.secret")).expect("generated secret");
-    let now = u64::try_from(hub_control::config::now_ms() / 1000).expect("now");
-    let token = mint_hs256(
-        secret.trim().as_bytes(),
-        &Mint {
-            issuer: "access-manager",
-            audience: "streaming-hub",
-            subject: "test",
-            tenant: "t-cat",
-            permissions: &["subscriptions:get", "subscriptions:post"],
-            ttl_s: 600,
-            now_s: now,
-        },
-    )
-    .expect("token");
+    let token = token(
+        dir.path(),
+        "t-cat",
+        &["subscriptions:get", "subscriptions:post"],
+    );
     let client = reqwest::Client::new();
     let catalog = || async {
         client
@@ -92,5 +80,49 @@ async fn r_cp_15_accepted_event_keys_join_the_catalog() {
     assert_eq!(refused.status().as_u16(), 422);
     let body: Value = refused.json().await.expect("json");
     assert_eq!(body["code"], "unknown_event_type");
+    engine.stop();
+}
+
+/// `/admin` reads every tenant's records: 401 without a token, 403 for a tenant's token, 200 for
+/// an operator's (`admin`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cp_1_admin_needs_an_operator_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = Engine::start(
+        dir.path(),
+        &format!("adm-{}", uuid::Uuid::now_v7().simple()),
+        free_port(),
+        Backend::Embedded,
+    );
+    engine.wait_ready().await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/admin/quarantine", engine.http);
+    let status = |t: Option<String>| {
+        let mut req = client.get(&url);
+        if let Some(t) = t {
+            req = req.bearer_auth(t);
+        }
+        async move { req.send().await.expect("admin").status().as_u16() }
+    };
+    assert_eq!(status(None).await, 401);
+    assert_eq!(
+        status(Some(token(dir.path(), "t-1", &["subscriptions:get"]))).await,
+        403
+    );
+    assert_eq!(
+        status(Some(token(dir.path(), "ops", &["admin"]))).await,
+        200
+    );
+    assert_eq!(
+        client
+            .get(format!("{}/metrics", engine.http))
+            .send()
+            .await
+            .expect("metrics")
+            .status()
+            .as_u16(),
+        200,
+        "metrics stay open for scrapers"
+    );
     engine.stop();
 }

@@ -458,3 +458,23 @@ pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
     }
     guard
 }
+
+/// A bearer token for the standalone hub in `data_dir`, signed with the HS256 secret it generated.
+pub fn token(data_dir: &std::path::Path, tenant: &str, permissions: &[&str]) -> String {
+    let secret =
+        std::fs::read_to_string(data_dir.join("jwt-hs256.secret")).expect("generated secret");
+    let now = u64::try_from(hub_control::config::now_ms() / 1000).expect("now");
+    hub_control::auth::mint_hs256(
+        secret.trim().as_bytes(),
+        &hub_control::auth::Mint {
+            issuer: "access-manager",
+            audience: "streaming-hub",
+            subject: "test",
+            tenant,
+            permissions,
+            ttl_s: 600,
+            now_s: now,
+        },
+    )
+    .expect("token")
+}
