@@ -55,3 +55,11 @@ pub fn commit() -> String {
         head
     }
 }
+
+/// Wall-clock Unix ms (end-to-end latency is measured against the hub's receipt time).
+#[allow(clippy::disallowed_methods)] // the load test's clock read
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -8,6 +8,8 @@
 mod hub;
 mod kafka;
 mod machine;
+#[allow(dead_code)] // wired into runs when delivery lands (issue 6); tested on its own now
+mod receiver;
 mod report;
 mod run;
 mod scenario;
@@ -54,6 +56,10 @@ struct Cli {
     /// Seed of the workload's random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure only the delivery baseline: the raw loopback HTTP POST rate (32 keep-alive
+    /// clients, 512-byte bodies, 5 s) against this tool's own webhook receiver, and exit.
+    #[arg(long)]
+    http_baseline: bool,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -63,6 +69,21 @@ struct Cli {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.http_baseline {
+        let receivers = receiver::Receivers::start(Default::default()).await?;
+        let rate = receiver::raw_post_rate(
+            &receivers.url("baseline"),
+            32,
+            std::time::Duration::from_secs(5),
+            512,
+        )
+        .await?;
+        #[allow(clippy::print_stdout)] // the tool's one-line result is its output
+        {
+            println!("raw loopback HTTP POST rate to the receiver: {rate:.0} POSTs/s (32 clients, 512-byte bodies, 5 s)");
+        }
+        return Ok(());
+    }
     let mut scenario = scenario::Scenario::load(&cli.scenario)?;
     if let Some(n) = cli.records {
         scenario.records = n;
