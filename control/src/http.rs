@@ -71,6 +71,18 @@ fn principal(api: &Api, headers: &HeaderMap) -> Result<Principal, ApiError> {
     api.verifier.verify(header(headers, "authorization")?)
 }
 
+/// Authenticates, then runs a call that needs no body or key.
+async fn authenticated<F, Fut>(api: &Api, headers: &HeaderMap, f: F) -> Response
+where
+    F: FnOnce(Principal) -> Fut,
+    Fut: std::future::Future<Output = Reply>,
+{
+    match principal(api, headers) {
+        Ok(who) => send(f(who).await),
+        Err(e) => e.into_response(),
+    }
+}
+
 async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
     axum::body::to_bytes(body, MAX_BODY)
         .await
@@ -136,21 +148,23 @@ struct ListQuery {
 }
 
 async fn list(State(api): State<Api>, headers: HeaderMap, Query(q): Query<ListQuery>) -> Response {
-    match principal(&api, &headers) {
-        Ok(who) => send(
-            api.control
-                .list(&who, q.cursor.as_deref(), q.limit.as_deref())
-                .await,
-        ),
-        Err(e) => e.into_response(),
-    }
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        control
+            .list(&who, q.cursor.as_deref(), q.limit.as_deref())
+            .await
+    })
+    .await
 }
 
 async fn read(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    match principal(&api, &headers) {
-        Ok(who) => send(api.control.get(&who, &id).await),
-        Err(e) => e.into_response(),
-    }
+    let control = api.control.clone();
+    authenticated(
+        &api,
+        &headers,
+        |who| async move { control.get(&who, &id).await },
+    )
+    .await
 }
 
 async fn patch(
@@ -219,22 +233,27 @@ async fn delete(
 }
 
 async fn pause(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    match principal(&api, &headers) {
-        Ok(who) => send(api.control.set_paused(&who, &id, true).await),
-        Err(e) => e.into_response(),
-    }
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        control.set_paused(&who, &id, true).await
+    })
+    .await
 }
 
 async fn resume(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    match principal(&api, &headers) {
-        Ok(who) => send(api.control.set_paused(&who, &id, false).await),
-        Err(e) => e.into_response(),
-    }
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        control.set_paused(&who, &id, false).await
+    })
+    .await
 }
 
 async fn catalog(State(api): State<Api>, headers: HeaderMap) -> Response {
-    match principal(&api, &headers) {
-        Ok(who) => send(api.control.catalog(&who).await),
-        Err(e) => e.into_response(),
-    }
+    let control = api.control.clone();
+    authenticated(
+        &api,
+        &headers,
+        |who| async move { control.catalog(&who).await },
+    )
+    .await
 }

@@ -9,6 +9,24 @@ use hub_engine::store::{IngestBatch, Store, UnitId};
 use hub_tests::{report, require, unique, CQL};
 use scylla::client::session_builder::SessionBuilder;
 
+/// Writes the dedup claim a crashed writer leaves: origin and intended seq, nothing in the log.
+async fn leave_claim(
+    session: &scylla::client::session::Session,
+    ev: &hub_engine::store::InboxEvent,
+    origin: String,
+    intent: i64,
+) {
+    let hour = i64::try_from(ev.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("hour");
+    session
+        .query_unpaged(
+            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+            (&ev.tenant, hour, ev.id, origin, 0_i64, intent),
+        )
+        .await
+        .expect("leave a claim");
+}
+
 /// Tiny buckets and appends, so every run crosses bucket and batch boundaries many times.
 fn settings() -> CqlSettings {
     CqlSettings {
@@ -51,22 +69,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
         .build()
         .await
         .expect("session");
-    let hour = i64::try_from(ev.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("hour");
-    session
-        .query_unpaged(
-            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                &tenant,
-                hour,
-                ev.id,
-                format!("{}/2/41", unit.topic),
-                0_i64,
-                1_i64,
-            ),
-        )
-        .await
-        .expect("leave a claim");
+    leave_claim(&session, &ev, format!("{}/2/41", unit.topic), 1).await;
 
     let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
     let batch = Arc::new(IngestBatch {
@@ -99,22 +102,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
     let mut left = event(&tenant, "x.created");
     left.offset = 50;
     let (b, c) = (event(&tenant, "x.created"), event(&tenant, "x.created"));
-    let hour = i64::try_from(left.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("h");
-    session
-        .query_unpaged(
-            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                &tenant,
-                hour,
-                left.id,
-                format!("{}/2/50", unit.topic),
-                0_i64,
-                2_i64,
-            ),
-        )
-        .await
-        .expect("leave a claim");
+    leave_claim(&session, &left, format!("{}/2/50", unit.topic), 2).await;
     let mixed = store
         .write_batch(
             &unit,
@@ -150,22 +138,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
     let other_tenant = format!("{ns}-u");
     let mut first = event(&other_tenant, "x.created");
     first.offset = 7;
-    let hour = i64::try_from(first.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("h");
-    session
-        .query_unpaged(
-            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                &other_tenant,
-                hour,
-                first.id,
-                format!("{}/2/7", unit.topic),
-                0_i64,
-                1_i64,
-            ),
-        )
-        .await
-        .expect("leave a claim");
+    leave_claim(&session, &first, format!("{}/2/7", unit.topic), 1).await;
     let mut resent = first.clone();
     resent.offset = 9;
     let out = store
