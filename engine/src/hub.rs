@@ -2,6 +2,7 @@
 //! consumer → shards (verdict, durable unit, offset report) → offset commit; plus the DLQ
 //! observer. This is the one place the stages and their bounded queues are connected.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -54,6 +55,7 @@ fn open_store(
 /// Runs the standalone hub on the configured store until SIGINT or SIGTERM.
 pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let tokio = build_tokio_runtime(2)?;
+    let stopped = stop_signal(&tokio);
     let store = open_store(&config, &tokio)?;
     let limits = VerdictLimits {
         max_value_bytes: config.max_value_bytes,
@@ -148,7 +150,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         None => None,
     };
 
-    tokio.block_on(wait_for_signal());
+    tokio.block_on(stopped);
     tracing::info!("stopping: draining in-flight batches");
     stop.store(true, Ordering::Release);
     if let Some(threads) = kafka {
@@ -249,23 +251,31 @@ fn start_kafka(
     Ok(vec![consumer_thread, shard_thread, dlq_thread])
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT or SIGTERM. The handlers are installed when this is called, before the hub answers
+/// `/ready`, so a stop during start-up is a graceful stop too (not the default kill).
+fn stop_signal(tokio: &tokio::runtime::Runtime) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    let term = {
+        let _enter = tokio.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok()
+    };
+    let ctrl_c = {
+        let _enter = tokio.enter();
+        // `ctrl_c` registers its handler on first poll: poll it once now.
+        let mut f = Box::pin(tokio::signal::ctrl_c());
+        let waker = futures::task::noop_waker();
+        let _ = f.as_mut().poll(&mut std::task::Context::from_waker(&waker));
+        f
+    };
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+            return;
         }
+        let _ = ctrl_c.await;
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
