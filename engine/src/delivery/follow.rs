@@ -1,0 +1,178 @@
+//! Following subscription changes (DESIGN "change propagation", R-MA-3): the control plane writes
+//! every change to its revision log; an engine reads the log from the last revision it applied,
+//! reloads the subscriptions it names, and swaps in a new immutable `MatchIndex`. Shards read the
+//! current index without locks of their own; a stale revision is never applied over a newer one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use hub_control::model::Subscription;
+use hub_control::store::{ControlStore, ControlStoreError};
+use uuid::Uuid;
+
+use super::matching::MatchIndex;
+
+/// Log entries read per round trip.
+const PAGE: usize = 1000;
+
+/// The engine's view of the subscriptions.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    index: RwLock<Arc<MatchIndex>>,
+    known: Mutex<HashMap<(String, Uuid), Subscription>>,
+}
+
+impl Subscriptions {
+    /// The index to match with now (cheap: one `Arc` clone).
+    pub fn index(&self) -> Arc<MatchIndex> {
+        self.index
+            .read()
+            .map(|i| i.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Applies every change after the current index's revision; true when the index changed.
+    pub async fn catch_up(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
+        let mut revision = self.index().revision;
+        let start = revision;
+        loop {
+            let changes = store.changes_since(revision, PAGE).await?;
+            let Some(last) = changes.last().map(|c| c.revision) else {
+                break;
+            };
+            for c in &changes {
+                let current = store.get(&c.tenant, c.id).await?;
+                if let Ok(mut known) = self.known.lock() {
+                    match current {
+                        Some(s) => known.insert((c.tenant.clone(), c.id), s),
+                        None => known.remove(&(c.tenant.clone(), c.id)),
+                    };
+                }
+            }
+            revision = last;
+            if changes.len() < PAGE {
+                break;
+            }
+        }
+        if revision == start {
+            return Ok(false);
+        }
+        let index = match self.known.lock() {
+            Ok(known) => MatchIndex::build(known.values(), revision),
+            Err(_) => return Ok(false),
+        };
+        if let Ok(mut current) = self.index.write() {
+            if current.revision < revision {
+                *current = Arc::new(index);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Polls the revision log every `every` until `stop` (the safety net under push notification,
+/// which is not built: polling alone keeps changes within a second with `every` ≤ 1 s).
+pub async fn follow(
+    subs: Arc<Subscriptions>,
+    store: Arc<dyn ControlStore>,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Acquire) {
+        if let Err(e) = subs.catch_up(&*store).await {
+            tracing::warn!(error = %e, "reading subscription changes failed; retrying");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::matching::EventFacts;
+    use hub_control::model::VerificationState;
+    use hub_control::store::conformance::subscription;
+    use hub_control::store::embedded::EmbeddedControlStore;
+
+    fn active(tenant: &str, name: &str) -> Subscription {
+        let mut s = subscription(tenant, name);
+        s.verification_state = VerificationState::Active;
+        s
+    }
+
+    /// R-MA-3: changes reach the engine's index through the revision log, within one poll.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_ma_3_changes_reach_the_index_through_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn ControlStore> =
+            Arc::new(EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open"));
+        let subs = Arc::new(Subscriptions::default());
+        let ev = EventFacts {
+            tenant: "t1",
+            key: "loan.approved",
+            source: "lender",
+            major: 1,
+        };
+        assert!(subs.index().matches(&ev).is_empty());
+
+        let a = active("t1", "a");
+        store.create(&a).await.expect("create");
+        store
+            .create(&active("t2", "other tenant"))
+            .await
+            .expect("create");
+        let stop = Arc::new(AtomicBool::new(false));
+        let follower = tokio::spawn(follow(
+            subs.clone(),
+            store.clone(),
+            Duration::from_millis(100),
+            stop.clone(),
+        ));
+
+        let within = |want: Vec<Uuid>| {
+            let subs = subs.clone();
+            async move {
+                let deadline = std::time::Instant::now() + Duration::from_secs(1);
+                loop {
+                    let got = subs.index().matches(&ev);
+                    if got == want {
+                        return true;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        return false;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        assert!(
+            within(vec![a.id]).await,
+            "a new subscription matches within a second"
+        );
+
+        let mut paused = a.clone();
+        paused.paused = true;
+        paused.enabled = false;
+        paused.revision = 2;
+        store.replace(&paused, 1).await.expect("pause");
+        assert!(
+            within(vec![]).await,
+            "a paused subscription stops matching within a second"
+        );
+
+        let mut resumed = paused.clone();
+        resumed.paused = false;
+        resumed.enabled = true;
+        resumed.revision = 3;
+        store.replace(&resumed, 2).await.expect("resume");
+        assert!(within(vec![a.id]).await);
+        stop.store(true, Ordering::Release);
+        follower.await.expect("follower");
+        assert!(
+            !subs.catch_up(&*store).await.expect("catch up"),
+            "nothing new: the index stays"
+        );
+    }
+}
