@@ -78,7 +78,7 @@ impl Catalog {
         }
     }
 
-    /// Adds every key of a batch of accepted events; the write lock is taken only when one is new.
+    /// Adds keys of accepted events; the write lock is taken only when one is new.
     pub fn observe_all<'a>(&self, keys: impl Iterator<Item = (&'a str, &'a str, u32)>) {
         let new: Vec<(&str, &str, u32)> = match self.entries.read() {
             Ok(e) => keys

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 
-use super::{judge_into, Judged, KeyObserver, RecordIn};
+use super::{distinct_keys, judge_into, Judged, KeyObserver, RecordIn};
 use crate::store::{Fence, IngestBatch, Store, UnitId};
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
@@ -59,7 +59,7 @@ pub async fn ingest(
     {
         Ok(o) => {
             if let Some(observer) = &state.observer {
-                observer.observe(&batch.events);
+                observer.observe(&distinct_keys(&batch.events));
             }
             o
         }

@@ -143,19 +143,31 @@ pub fn bounded_headers(headers: &[(String, Option<Vec<u8>>)]) -> Vec<RawHeader> 
         .collect()
 }
 
+/// An event key as the catalog knows it: `(key, origin, schema major)`.
+pub type EventKey<'a> = (&'a str, &'a str, u32);
+
+/// The distinct keys of a batch's events: a batch holds thousands of events and a handful of
+/// keys, so observers work (and allocate) per key, not per event.
+pub fn distinct_keys(events: &[crate::store::InboxEvent]) -> Vec<EventKey<'_>> {
+    let mut keys: Vec<EventKey<'_>> = Vec::new();
+    for e in events {
+        let k = (e.key.as_str(), e.source.as_str(), e.schema_major);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
 /// Learns the event keys of accepted events (the control plane's catalog, R-CP-15). Called after
-/// a batch is durable, with its events.
+/// a batch is durable, with the batch's distinct keys.
 pub trait KeyObserver: Send + Sync + std::fmt::Debug {
-    fn observe(&self, events: &[crate::store::InboxEvent]);
+    fn observe(&self, keys: &[EventKey<'_>]);
 }
 
 impl KeyObserver for hub_control::catalog::Catalog {
-    fn observe(&self, events: &[crate::store::InboxEvent]) {
-        self.observe_all(
-            events
-                .iter()
-                .map(|e| (e.key.as_str(), e.source.as_str(), e.schema_major)),
-        );
+    fn observe(&self, keys: &[EventKey<'_>]) {
+        self.observe_all(keys.iter().copied());
     }
 }
 
@@ -169,11 +181,11 @@ pub struct StoreKeyObserver {
 }
 
 impl KeyObserver for StoreKeyObserver {
-    fn observe(&self, events: &[crate::store::InboxEvent]) {
+    fn observe(&self, keys: &[EventKey<'_>]) {
         let new: Vec<(String, String, u32)> = match self.seen.lock() {
-            Ok(mut seen) => events
+            Ok(mut seen) => keys
                 .iter()
-                .map(|e| (e.key.clone(), e.source.clone(), e.schema_major))
+                .map(|(k, o, m)| ((*k).to_owned(), (*o).to_owned(), *m))
                 .filter(|k| seen.insert(k.clone()))
                 .collect(),
             Err(_) => return,
@@ -200,9 +212,32 @@ impl KeyObserver for StoreKeyObserver {
 pub struct Observers(pub Vec<std::sync::Arc<dyn KeyObserver>>);
 
 impl KeyObserver for Observers {
-    fn observe(&self, events: &[crate::store::InboxEvent]) {
+    fn observe(&self, keys: &[EventKey<'_>]) {
         for o in &self.0 {
-            o.observe(events);
+            o.observe(keys);
         }
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn r_cp_15_a_batch_is_observed_once_per_distinct_key() {
+        let mut events: Vec<_> = (0..1000)
+            .map(|i| crate::store::conformance::event("t", if i % 2 == 0 { "a.b" } else { "c.d" }))
+            .collect();
+        events[7].schema_major = 2;
+        let keys = distinct_keys(&events);
+        assert_eq!(
+            keys,
+            vec![
+                ("a.b", "lender", 1),
+                ("c.d", "lender", 1),
+                ("c.d", "lender", 2)
+            ],
+            "first-seen order"
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::kafka::Commit;
-use super::{judge_into, KeyObserver, RecordIn};
+use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{Fence, IngestBatch, Store, StoreError, UnitId};
 use crate::verdict::{topic_source, VerdictCounters, VerdictLimits};
@@ -104,7 +104,7 @@ impl ShardIngest {
                     self.counters
                         .count_duplicates(outcome.duplicates.len() as u64);
                     if let Some(o) = &self.observer {
-                        o.observe(&batch.events);
+                        o.observe(&distinct_keys(&batch.events));
                     }
                     if let Some(next) = batch.next_offset {
                         // The receiver lives as long as the consumer thread; if it is gone the
