@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod cql;
 pub mod destination;
 pub mod error;
 pub mod http;

@@ -4,7 +4,6 @@
 
 use async_trait::async_trait;
 use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
 use scylla::response::query_result::QueryResult;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
@@ -126,43 +125,9 @@ impl CqlControlStore {
         replication: &str,
         idem_retention_s: u32,
     ) -> Result<Self, ControlStoreError> {
-        if keyspace.is_empty()
-            || !keyspace
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return Err(unavailable(format!("invalid keyspace name {keyspace:?}")));
-        }
-        let session = SessionBuilder::new()
-            .known_nodes(nodes)
-            .build()
+        let session = crate::cql::open(nodes, keyspace, replication, SCHEMA)
             .await
-            .map_err(unavailable)?;
-        session
-            .query_unpaged(
-                format!(
-                    "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}"
-                ),
-                (),
-            )
-            .await
-            .map_err(unavailable)?;
-        session
-            .use_keyspace(keyspace, false)
-            .await
-            .map_err(unavailable)?;
-        let code: String = SCHEMA
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("--"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        for stmt in code.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            session.query_unpaged(stmt, ()).await.map_err(unavailable)?;
-        }
-        session
-            .await_schema_agreement()
-            .await
-            .map_err(unavailable)?;
+            .map_err(ControlStoreError::Unavailable)?;
         let s = &session;
         let st = Statements {
             insert_sub: prepare(s, "INSERT INTO tenant_subscriptions (tenant, kind, key, id, revision, record) VALUES (?, 0, ?, ?, ?, ?) IF NOT EXISTS", true, false).await?,
@@ -199,14 +164,9 @@ impl CqlControlStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
-        self.session
-            .execute_unpaged(stmt, values)
+        crate::cql::first_row(&self.session, stmt, values)
             .await
-            .map_err(unavailable)?
-            .into_rows_result()
-            .map_err(unavailable)?
-            .maybe_first_row::<R>()
-            .map_err(unavailable)
+            .map_err(ControlStoreError::Unavailable)
     }
 
     fn conditional_batch() -> Batch {

@@ -28,7 +28,6 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
 
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
@@ -122,53 +121,17 @@ pub(crate) fn as_i64(v: u64) -> Result<i64, StoreError> {
 
 const SCHEMA: &str = include_str!("../../../../schema/cql/ingest.cql");
 
-/// The schema file's statements: comment lines dropped first (they may hold `;`), then split.
-fn schema_statements() -> Vec<String> {
-    let code: String = SCHEMA
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    code.split(';')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 impl CqlStore {
     /// Connects, creates the keyspace and tables if missing, prepares every statement.
     pub async fn connect(settings: CqlSettings) -> Result<Self, StoreError> {
-        let ks = &settings.keyspace;
-        if ks.is_empty() || !ks.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(StoreError::Unavailable(format!(
-                "invalid keyspace name {ks:?}"
-            )));
-        }
-        let session = SessionBuilder::new()
-            .known_nodes(&settings.nodes)
-            .build()
-            .await
-            .map_err(|e| unavailable(format!("connecting to {:?}: {e}", settings.nodes)))?;
-        let create = format!(
-            "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {}",
-            settings.replication
-        );
-        session
-            .query_unpaged(create, ())
-            .await
-            .map_err(unavailable)?;
-        session.use_keyspace(ks, false).await.map_err(unavailable)?;
-        for stmt in schema_statements() {
-            session
-                .query_unpaged(stmt.as_str(), ())
-                .await
-                .map_err(|e| unavailable(format!("applying schema: {e}: {stmt}")))?;
-        }
-        session
-            .await_schema_agreement()
-            .await
-            .map_err(unavailable)?;
+        let session = hub_control::cql::open(
+            &settings.nodes,
+            &settings.keyspace,
+            &settings.replication,
+            SCHEMA,
+        )
+        .await
+        .map_err(StoreError::Unavailable)?;
         let st = Statements::prepare_all(&session).await?;
         Ok(Self {
             session,
@@ -189,14 +152,9 @@ impl CqlStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
-        self.session
-            .execute_unpaged(stmt, values)
+        hub_control::cql::first_row(&self.session, stmt, values)
             .await
-            .map_err(unavailable)?
-            .into_rows_result()
-            .map_err(unavailable)?
-            .maybe_first_row::<R>()
-            .map_err(unavailable)
+            .map_err(StoreError::Unavailable)
     }
 
     /// The unit's `(generation, next_offset)`, settling any claim in flight.
