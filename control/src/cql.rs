@@ -4,7 +4,9 @@
 
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::response::query_result::QueryResult;
 use scylla::statement::prepared::PreparedStatement;
+use scylla::value::{CqlValue, Row};
 
 /// A schema file's statements: comment lines dropped first (they may hold `;`), then split.
 pub fn statements(schema: &str) -> Vec<String> {
@@ -80,6 +82,117 @@ where
         .map_err(|e| e.to_string())?
         .maybe_first_row::<R>()
         .map_err(|e| e.to_string())
+}
+
+/// The answer of a lightweight transaction (one conditional statement or batch). When a
+/// condition holds, Cassandra returns only `[applied]`; when it fails, ScyllaDB and Cassandra
+/// return the current row(s) as well, in an order of their own — so every column is found by
+/// name, never by position.
+#[derive(Debug)]
+pub struct LwtAnswer {
+    pub applied: bool,
+    names: Vec<String>,
+    rows: Vec<Vec<Option<CqlValue>>>,
+}
+
+/// One row of an LWT answer.
+#[derive(Debug, Clone, Copy)]
+pub struct LwtRow<'a> {
+    names: &'a [String],
+    values: &'a [Option<CqlValue>],
+}
+
+impl<'a> LwtRow<'a> {
+    /// A column by name, `None` when absent or null.
+    pub fn get(&self, name: &str) -> Option<&'a CqlValue> {
+        let i = self.names.iter().position(|n| n == name)?;
+        self.values.get(i)?.as_ref()
+    }
+}
+
+impl LwtAnswer {
+    pub fn read(result: QueryResult) -> Result<Self, String> {
+        let rows = result.into_rows_result().map_err(|e| e.to_string())?;
+        let names: Vec<String> = rows
+            .column_specs()
+            .iter()
+            .map(|spec| spec.name().to_owned())
+            .collect();
+        let at = names
+            .iter()
+            .position(|n| n == "[applied]")
+            .ok_or("LWT answer has no [applied]")?;
+        let mut all = Vec::new();
+        for row in rows.rows::<Row>().map_err(|e| e.to_string())? {
+            all.push(row.map_err(|e| e.to_string())?.columns);
+        }
+        let applied = match all.first().and_then(|r| r.get(at)) {
+            Some(Some(CqlValue::Boolean(b))) => *b,
+            other => return Err(format!("[applied] is not a boolean: {other:?}")),
+        };
+        Ok(Self {
+            applied,
+            names,
+            rows: all,
+        })
+    }
+
+    /// Whether the answer carries the column at all (null or not).
+    pub fn has(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+
+    /// Every row of the answer (a refused batch answers one row per conditional statement).
+    pub fn rows(&self) -> impl Iterator<Item = LwtRow<'_>> {
+        self.rows.iter().map(|values| LwtRow {
+            names: &self.names,
+            values,
+        })
+    }
+
+    /// A column of every row of the answer (one row per statement of a refused batch).
+    pub fn column_of_rows<'a>(&'a self, name: &str) -> impl Iterator<Item = Option<&'a CqlValue>> {
+        let at = self.names.iter().position(|n| n == name);
+        self.rows
+            .iter()
+            .map(move |r| at.and_then(|i| r.get(i)).and_then(Option::as_ref))
+    }
+
+    fn first(&self, name: &str) -> Option<&CqlValue> {
+        self.column_of_rows(name).next().flatten()
+    }
+
+    /// A `bigint` column of the (first) current row, `None` when absent or null.
+    pub fn bigint(&self, name: &str) -> Option<i64> {
+        match self.first(name) {
+            Some(CqlValue::BigInt(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn text(&self, name: &str) -> Option<&str> {
+        match self.first(name) {
+            Some(CqlValue::Text(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn blob(&self, name: &str) -> Option<&[u8]> {
+        match self.first(name) {
+            Some(CqlValue::Blob(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The `uuid` column of every row that has one.
+    pub fn uuids(&self, name: &str) -> Vec<uuid::Uuid> {
+        self.column_of_rows(name)
+            .filter_map(|v| match v {
+                Some(CqlValue::Uuid(u)) => Some(*u),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

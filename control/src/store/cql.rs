@@ -8,10 +8,11 @@ use scylla::response::query_result::QueryResult;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, SerialConsistency};
-use scylla::value::{CqlValue, Row};
+use scylla::value::CqlValue;
 use uuid::Uuid;
 
 use super::*;
+use crate::cql::LwtAnswer;
 
 const SCHEMA: &str = include_str!("../../../schema/cql/control.cql");
 const SUB: i8 = 0;
@@ -30,36 +31,8 @@ fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, ControlStoreErr
     postcard::from_bytes(b).map_err(|e| unavailable(format!("corrupt record: {e}")))
 }
 
-/// One row of an LWT answer: its non-null columns by name.
-type AnswerRow = Vec<(String, CqlValue)>;
-
-/// `[applied]` of a conditional statement or batch, and every row of its answer by column name.
-fn answer(result: QueryResult) -> Result<(bool, Vec<AnswerRow>), ControlStoreError> {
-    let rows = result.into_rows_result().map_err(unavailable)?;
-    let names: Vec<String> = rows
-        .column_specs()
-        .iter()
-        .map(|c| c.name().to_owned())
-        .collect();
-    let mut applied = false;
-    let mut out = Vec::new();
-    for row in rows.rows::<Row>().map_err(unavailable)? {
-        let row = row.map_err(unavailable)?;
-        let mut cols = Vec::new();
-        for (name, value) in names.iter().zip(row.columns) {
-            match (name.as_str(), value) {
-                ("[applied]", Some(CqlValue::Boolean(b))) => applied = b,
-                (_, Some(v)) => cols.push((name.clone(), v)),
-                _ => {}
-            }
-        }
-        out.push(cols);
-    }
-    Ok((applied, out))
-}
-
-fn column<'a>(row: &'a [(String, CqlValue)], name: &str) -> Option<&'a CqlValue> {
-    row.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+fn lwt(result: QueryResult) -> Result<LwtAnswer, ControlStoreError> {
+    LwtAnswer::read(result).map_err(ControlStoreError::Unavailable)
 }
 
 #[derive(Debug)]
@@ -187,7 +160,7 @@ impl CqlControlStore {
                         .execute_unpaged(&self.st.create_counter, ())
                         .await
                         .map_err(unavailable)?;
-                    (answer(r)?.0, 1)
+                    (lwt(r)?.applied, 1)
                 }
                 Some(v) => {
                     let r = self
@@ -195,7 +168,7 @@ impl CqlControlStore {
                         .execute_unpaged(&self.st.bump_counter, (v + 1, v))
                         .await
                         .map_err(unavailable)?;
-                    (answer(r)?.0, v + 1)
+                    (lwt(r)?.applied, v + 1)
                 }
             };
             if applied {
@@ -266,7 +239,7 @@ impl ControlStore for CqlControlStore {
             )
             .await
             .map_err(unavailable)?;
-        if answer(result)?.0 {
+        if lwt(result)?.applied {
             Ok(())
         } else {
             Err(ControlStoreError::NameTaken)
@@ -355,23 +328,22 @@ impl ControlStore for CqlControlStore {
             batch.append_statement(self.st.claim_name.clone());
             values.push(Box::new((sub.tenant.clone(), sub.name.clone(), sub.id)));
         }
-        let (applied, rows) = answer(
-            self.session
-                .batch(&batch, values)
-                .await
-                .map_err(unavailable)?,
-        )?;
-        if applied {
+        let answer = lwt(self
+            .session
+            .batch(&batch, values)
+            .await
+            .map_err(unavailable)?)?;
+        if answer.applied {
             return Ok(());
         }
         // Refused: the subscription moved (Conflict), or the new name is someone else's.
-        let moved = rows.iter().any(|r| {
-            matches!(column(r, "kind"), Some(CqlValue::TinyInt(SUB)))
-                && !matches!(column(r, "revision"), Some(CqlValue::BigInt(v)) if *v == expected_i)
+        let moved = answer.rows().any(|r| {
+            matches!(r.get("kind"), Some(CqlValue::TinyInt(SUB)))
+                && !matches!(r.get("revision"), Some(CqlValue::BigInt(v)) if *v == expected_i)
         });
-        let name_taken = rows.iter().any(|r| {
-            matches!(column(r, "kind"), Some(CqlValue::TinyInt(NAME)))
-                && matches!(column(r, "id"), Some(CqlValue::Uuid(owner)) if *owner != sub.id)
+        let name_taken = answer.rows().any(|r| {
+            matches!(r.get("kind"), Some(CqlValue::TinyInt(NAME)))
+                && matches!(r.get("id"), Some(CqlValue::Uuid(owner)) if *owner != sub.id)
         });
         Err(if moved || !name_taken {
             ControlStoreError::Conflict
@@ -453,7 +425,7 @@ impl ControlStore for CqlControlStore {
                         .await
                 }
             };
-            if answer(result.map_err(unavailable)?)?.0 {
+            if lwt(result.map_err(unavailable)?)?.applied {
                 return Ok(IdemBegin::Fresh);
             }
             // Lost a race for the key: decide again on what won.

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::log::BoxedRow;
 use super::log::Pending;
-use super::lwt::{existing_ids, LwtAnswer};
+use super::lwt::{existing_ids, lwt};
 use super::{as_i64, unavailable, CqlStore, DEDUP_CLAIMS, LOG_APPENDS};
 use crate::clock::now_ms;
 use crate::store::{BatchOutcome, InboxEvent, StoreError, UnitId};
@@ -72,23 +72,22 @@ impl CqlStore {
     ) -> Result<Claim, StoreError> {
         let origin = origin_of(unit, fenced, event);
         let now = now_ms();
-        let answer = LwtAnswer::read(
-            self.session
-                .execute_unpaged(
-                    &self.st.claim_dedup,
-                    (
-                        &event.tenant,
-                        id_bucket(&event.id),
-                        event.id,
-                        &origin,
-                        now,
-                        as_i64(intent)?,
-                        Self::ttl(self.settings.dedup_ttl_s),
-                    ),
-                )
-                .await
-                .map_err(unavailable)?,
-        )?;
+        let answer = lwt(self
+            .session
+            .execute_unpaged(
+                &self.st.claim_dedup,
+                (
+                    &event.tenant,
+                    id_bucket(&event.id),
+                    event.id,
+                    &origin,
+                    now,
+                    as_i64(intent)?,
+                    Self::ttl(self.settings.dedup_ttl_s),
+                ),
+            )
+            .await
+            .map_err(unavailable)?)?;
         if answer.applied {
             return Ok(Claim::New { intent });
         }

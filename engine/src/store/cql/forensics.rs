@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use futures::{StreamExt, TryStreamExt};
 use serde::de::DeserializeOwned;
 
-use super::lwt::LwtAnswer;
+use super::lwt::lwt;
 use super::{as_i64, unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::{decode, encode};
@@ -103,23 +103,22 @@ impl CqlStore {
             return Ok(true);
         }
         let ttl = Self::ttl(self.settings.forensics_ttl_s);
-        let answer = LwtAnswer::read(
-            self.session
-                .execute_unpaged(
-                    &self.st.seen_claim,
-                    (
-                        kind,
-                        &at.topic,
-                        at.partition,
-                        at.offset,
-                        as_i64(qid)?,
-                        &record,
-                        ttl,
-                    ),
-                )
-                .await
-                .map_err(unavailable)?,
-        )?;
+        let answer = lwt(self
+            .session
+            .execute_unpaged(
+                &self.st.seen_claim,
+                (
+                    kind,
+                    &at.topic,
+                    at.partition,
+                    at.offset,
+                    as_i64(qid)?,
+                    &record,
+                    ttl,
+                ),
+            )
+            .await
+            .map_err(unavailable)?)?;
         if answer.applied {
             self.put_listing(kind, qid, &record).await?;
             return Ok(true);

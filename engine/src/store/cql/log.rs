@@ -16,7 +16,7 @@ use scylla::statement::{Consistency, SerialConsistency};
 use uuid::Uuid;
 
 use super::claim::id_bucket;
-use super::lwt::LwtAnswer;
+use super::lwt::lwt;
 use super::{as_i64, unavailable, CqlStore};
 use crate::store::codec::{decode, encode};
 use crate::store::{InboxEvent, StoreError, StoredEvent};
@@ -170,12 +170,11 @@ impl CqlStore {
                     ttl,
                 )));
             }
-            let answer = LwtAnswer::read(
-                self.session
-                    .batch(&batch, values)
-                    .await
-                    .map_err(unavailable)?,
-            )?;
+            let answer = lwt(self
+                .session
+                .batch(&batch, values)
+                .await
+                .map_err(unavailable)?)?;
             if answer.applied {
                 for (k, p) in pending[i..end].iter().enumerate() {
                     out.push((tenant, p.event.id, head + 1 + k as u64));

@@ -34,7 +34,7 @@ use super::{
     BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
     Store, StoreError, StoredEvent, UnitId,
 };
-use lwt::LwtAnswer;
+use lwt::lwt;
 use statements::Statements;
 
 /// How to reach the CQL cluster and how long things live.
@@ -184,15 +184,14 @@ impl CqlStore {
 
     async fn advance_unit(&self, unit: &UnitId, fence: Fence, next: i64) -> Result<(), StoreError> {
         let generation = i64::try_from(fence.generation).map_err(unavailable)?;
-        let answer = LwtAnswer::read(
-            self.session
-                .execute_unpaged(
-                    &self.st.unit_advance,
-                    (next, &unit.topic, unit.partition, generation),
-                )
-                .await
-                .map_err(unavailable)?,
-        )?;
+        let answer = lwt(self
+            .session
+            .execute_unpaged(
+                &self.st.unit_advance,
+                (next, &unit.topic, unit.partition, generation),
+            )
+            .await
+            .map_err(unavailable)?)?;
         if !answer.applied {
             let current = answer.bigint("generation").unwrap_or(0);
             return Err(Self::fenced(unit, fence, current));
@@ -210,27 +209,25 @@ impl Store for CqlStore {
         for _ in 0..CLAIM_ATTEMPTS {
             let answer = match self.read_unit(unit).await? {
                 None => {
-                    let answer = LwtAnswer::read(
-                        self.session
-                            .execute_unpaged(&self.st.unit_create, (&unit.topic, unit.partition))
-                            .await
-                            .map_err(unavailable)?,
-                    )?;
+                    let answer = lwt(self
+                        .session
+                        .execute_unpaged(&self.st.unit_create, (&unit.topic, unit.partition))
+                        .await
+                        .map_err(unavailable)?)?;
                     if answer.applied {
                         return Ok((Fence { generation: 1 }, None));
                     }
                     continue;
                 }
                 Some((generation, next)) => {
-                    let answer = LwtAnswer::read(
-                        self.session
-                            .execute_unpaged(
-                                &self.st.unit_raise,
-                                (generation + 1, &unit.topic, unit.partition, generation),
-                            )
-                            .await
-                            .map_err(unavailable)?,
-                    )?;
+                    let answer = lwt(self
+                        .session
+                        .execute_unpaged(
+                            &self.st.unit_raise,
+                            (generation + 1, &unit.topic, unit.partition, generation),
+                        )
+                        .await
+                        .map_err(unavailable)?)?;
                     (answer, generation, next)
                 }
             };
