@@ -58,6 +58,7 @@ fn subscriptions() -> Vec<Subscription> {
             updated_at_ms: 0,
             last_success_at_ms: None,
             last_failure_at_ms: None,
+            marks: Default::default(),
             deleted: false,
             secret: None,
             revision: 1,
@@ -81,7 +82,7 @@ fn delivery(c: &mut Criterion) {
     });
 
     let mut scheduler = Scheduler::new(8);
-    for j in 0..10_000u64 {
+    for j in 0..10_000u128 {
         scheduler.push(
             &format!("t{}", j % 100),
             1 + (j % 3) as u32,
@@ -91,7 +92,7 @@ fn delivery(c: &mut Criterion) {
             },
         );
     }
-    let mut next_job = 10_000u64;
+    let mut next_job = 10_000u128;
     group.bench_function("schedule_take_and_done_10k_backlog", |b| {
         b.iter(|| {
             if let Some((tenant, due)) = scheduler.take_next() {

@@ -23,6 +23,7 @@ fn batch(size: usize, next: i64) -> IngestBatch {
         events,
         quarantined: vec![],
         next_offset: Some(next),
+        ..Default::default()
     }
 }
 

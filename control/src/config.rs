@@ -135,12 +135,15 @@ impl ControlConfig {
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             )
         };
+        let policy = Arc::new(DestinationPolicy {
+            allow: self.allow_private_hosts.iter().cloned().collect(),
+        });
         let control = Control {
             store,
             keyring: Arc::new(keyring),
-            policy: Arc::new(DestinationPolicy {
-                allow: self.allow_private_hosts.iter().cloned().collect(),
-            }),
+            webhooks: crate::webhook::WebhookClient::new(policy.clone())
+                .map_err(|e| anyhow::anyhow!("webhook client: {e}"))?,
+            policy,
             resolver: Arc::new(SystemResolver {
                 timeout: Duration::from_millis(self.dns_timeout_ms),
             }),

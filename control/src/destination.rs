@@ -167,6 +167,21 @@ pub struct DestinationPolicy {
 }
 
 impl DestinationPolicy {
+    /// Whether `host` is allow-listed for `kind` on some port: the connect-time check of a
+    /// webhook (which sees a name, not the port) uses this.
+    pub fn allows_host(&self, kind: SinkKind, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        kind == SinkKind::Webhook
+            && (self.allow.contains(host)
+                || self.allow.iter().any(|a| {
+                    a.rsplit_once(':').is_some_and(|(h, p)| {
+                        h.trim_start_matches('[').trim_end_matches(']') == host
+                            && p.parse::<u16>().is_ok()
+                    })
+                }))
+    }
+
     fn allows(&self, kind: SinkKind, host: &str, port: u16) -> bool {
         let host = host.to_ascii_lowercase();
         match kind {

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use crate::auth::{Principal, TokenVerifier};
 use crate::error::ApiError;
+use crate::probe::ProbeKind;
 use crate::service::{Control, Mutation, Reply};
 
 /// Largest request body accepted.
@@ -36,6 +37,8 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         )
         .route("/v1/subscriptions/{id}/pause", post(pause))
         .route("/v1/subscriptions/{id}/resume", post(resume))
+        .route("/v1/subscriptions/{id}/ping", post(ping))
+        .route("/v1/subscriptions/{id}/verify", post(verify))
         .route("/v1/catalog", get(catalog))
         .route(
             "/v1/openapi.json",
@@ -236,6 +239,22 @@ async fn pause(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String
     let control = api.control.clone();
     authenticated(&api, &headers, |who| async move {
         control.set_paused(&who, &id, true).await
+    })
+    .await
+}
+
+async fn ping(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        control.probe(&who, &id, ProbeKind::Ping).await
+    })
+    .await
+}
+
+async fn verify(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        control.probe(&who, &id, ProbeKind::Verify).await
     })
     .await
 }

@@ -66,13 +66,32 @@ pub struct Subscription {
     /// The webhook signing secret, sealed (R-SEC-1). Never part of a read.
     pub secret: Option<Sealed>,
     pub revision: u64,
+    /// What probes and the delivery engine recorded (R-CP-5, R-DI-10).
+    pub marks: Marks,
+}
+
+/// Probe results and the hub's own decisions about a subscription.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marks {
+    pub last_probe_at_ms: Option<i64>,
+    /// `success` or `failure`.
+    pub last_probe_outcome: Option<String>,
+    pub last_probe_error_class: Option<String>,
+    /// When the next automatic probe of a pending webhook is due, and the interval after it.
+    pub next_verification_attempt_at_ms: Option<i64>,
+    pub probe_interval_ms: Option<i64>,
+    /// Why and when the hub stopped delivering (auto-disable, R-DI-10).
+    pub disabled_at_ms: Option<i64>,
+    pub disabled_reason: Option<String>,
+    /// The last resume: failures before it never count toward auto-disable (R-CP-11).
+    pub resumed_at_ms: Option<i64>,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 const MAX_NAME: usize = 200;
 const MAX_EVENT_TYPES: usize = 256;
 
-fn rfc3339(ms: i64) -> String {
+pub fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| {
@@ -130,6 +149,30 @@ impl Subscription {
         }
         if let Some(t) = self.last_failure_at_ms {
             m.insert("last_failure_at".into(), rfc3339(t).into());
+        }
+        let marks = &self.marks;
+        let times = [
+            ("last_probe_at", marks.last_probe_at_ms),
+            (
+                "next_verification_attempt_at",
+                marks.next_verification_attempt_at_ms,
+            ),
+            ("disabled_at", marks.disabled_at_ms),
+        ];
+        for (name, t) in times {
+            if let Some(t) = t {
+                m.insert(name.into(), rfc3339(t).into());
+            }
+        }
+        let texts = [
+            ("last_probe_outcome", &marks.last_probe_outcome),
+            ("last_probe_error_class", &marks.last_probe_error_class),
+            ("disabled_reason", &marks.disabled_reason),
+        ];
+        for (name, text) in texts {
+            if let Some(text) = text {
+                m.insert(name.into(), text.clone().into());
+            }
         }
         Value::Object(m)
     }
@@ -535,6 +578,7 @@ mod tests {
             deleted: false,
             secret: None,
             revision: 1,
+            marks: Default::default(),
         }
     }
 

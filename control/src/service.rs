@@ -27,7 +27,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn json(status: u16, body: &Value) -> Self {
+    pub(crate) fn json(status: u16, body: &Value) -> Self {
         Self {
             status,
             headers: vec![("content-type".into(), "application/json".into())],
@@ -69,7 +69,7 @@ enum Outcome {
     Unknown(ApiError),
 }
 
-fn store_error(e: ControlStoreError) -> ApiError {
+pub(crate) fn store_error(e: ControlStoreError) -> ApiError {
     match e {
         ControlStoreError::NameTaken => ApiError::new(
             409,
@@ -122,6 +122,8 @@ pub struct Control {
     pub policy: Arc<DestinationPolicy>,
     pub resolver: Arc<dyn Resolver>,
     pub catalog: Arc<Catalog>,
+    /// The webhook client probes use; the engine's delivery workers use the same one.
+    pub webhooks: crate::webhook::WebhookClient,
     pub idem: IdemSettings,
     /// The clock (Unix ms), injected so tests control time.
     pub now_ms: fn() -> i64,
@@ -293,7 +295,7 @@ impl Control {
     }
 
     /// A live subscription of the caller's tenant, or 404 (another tenant's id included).
-    async fn live(&self, who: &Principal, id: &str) -> Result<Subscription, ApiError> {
+    pub(crate) async fn live(&self, who: &Principal, id: &str) -> Result<Subscription, ApiError> {
         let id: Uuid = id.parse().map_err(|_| ApiError::not_found())?;
         match self.store.get(&who.tenant, id).await.map_err(store_error)? {
             Some(s) if !s.deleted => Ok(s),
@@ -355,6 +357,7 @@ impl Control {
                 deleted: false,
                 secret: None,
                 revision: 1,
+                marks: Default::default(),
             };
             let mut secret = None;
             if sub.sink_kind == crate::model::SinkKind::Webhook {
@@ -561,6 +564,7 @@ impl Control {
             if !pause {
                 // Resume clears the failure history (paused time never counts).
                 next.last_failure_at_ms = None;
+                next.marks.resumed_at_ms = Some((self.now_ms)());
             }
             next.revision += 1;
             next.updated_at_ms = (self.now_ms)();

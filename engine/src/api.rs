@@ -25,6 +25,7 @@ pub struct ApiState {
     pub store: Arc<dyn Store>,
     /// Every shard's counters plus HTTP ingest's, summed on scrape.
     pub counters: Vec<Arc<VerdictCounters>>,
+    pub delivery: Arc<crate::delivery::lane::DeliveryCounters>,
 }
 
 impl ApiState {
@@ -90,6 +91,10 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     out.push_str(&crate::telemetry::render_store_timings(
         &api.store.write_timings(),
     ));
+    out.push_str(&crate::telemetry::render_delivery(&api.delivery));
+    if let Ok(pending) = api.store.pending_jobs().await {
+        out.push_str(&crate::telemetry::render_pending(pending));
+    }
     out
 }
 

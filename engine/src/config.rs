@@ -75,6 +75,18 @@ pub struct HubConfig {
     pub max_value_bytes: usize,
     /// Largest context attribute value accepted. Env `STREAMING_HUB_MAX_HEADER_BYTES`. Default 4096.
     pub max_header_bytes: usize,
+    /// Concurrent delivery attempts per shard (R-DI-2). Env `STREAMING_HUB_DELIVERY_WORKERS`.
+    /// Default 8.
+    pub delivery_workers: u32,
+    /// Started attempts without an outcome before a job is dead-lettered as poison (R-DI-8).
+    /// Env `STREAMING_HUB_RECOVERY_LIMIT`. Default 5.
+    pub recovery_limit: u32,
+    /// Auto-disable of long-broken destinations (R-DI-10). Env
+    /// `STREAMING_HUB_AUTODISABLE_ENABLED`. Default true.
+    pub autodisable_enabled: bool,
+    /// How often each shard's lane looks for jobs coming due (retries). Env
+    /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200.
+    pub delivery_poll_ms: u64,
 }
 
 impl Default for HubConfig {
@@ -97,6 +109,10 @@ impl Default for HubConfig {
             max_batch: 2000,
             max_value_bytes: 1 << 20,
             max_header_bytes: 4096,
+            delivery_workers: 8,
+            recovery_limit: 5,
+            autodisable_enabled: true,
+            delivery_poll_ms: 200,
         }
     }
 }
@@ -211,6 +227,18 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("MAX_HEADER_BYTES") {
             self.max_header_bytes = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("DELIVERY_WORKERS") {
+            self.delivery_workers = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("RECOVERY_LIMIT") {
+            self.recovery_limit = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("AUTODISABLE_ENABLED") {
+            self.autodisable_enabled = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("DELIVERY_POLL_MS") {
+            self.delivery_poll_ms = parse(&k, v)?;
         }
         Ok(())
     }

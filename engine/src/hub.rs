@@ -11,6 +11,7 @@ use anyhow::Context;
 
 use crate::api::{router, ApiState};
 use crate::config::{HubConfig, StoreKind};
+use crate::delivery::start::{Delivery, ShardLane as DeliveryLane};
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
@@ -71,15 +72,13 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
 
     let mut all_counters = shard_counters.clone();
     all_counters.push(http_counters.clone());
-    let api = Arc::new(ApiState {
-        store: store.clone(),
-        counters: all_counters,
-    });
+
     // The control plane in-process (R-OP-1 standalone): REST /v1 on the same listener, its
     // embedded control store and generated key material in the same data directory.
     let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
-    let (control, catalog, operators) = {
+    let (control, catalog, operators, control_service) = {
         let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
+        let control_service = control.clone();
         let operators = verifier.clone();
         let in_process: Arc<dyn KeyObserver> = control.catalog.clone();
         let catalog: Arc<dyn KeyObserver> = match config.store {
@@ -98,23 +97,39 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             hub_control::http::router(control, verifier),
             catalog,
             operators,
+            control_service,
         )
     };
+    let stop = Arc::new(AtomicBool::new(false));
+    let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone());
+    let api = Arc::new(ApiState {
+        store: store.clone(),
+        counters: all_counters,
+        delivery: delivery.counters.clone(),
+    });
+    let delivery_routes = crate::delivery_api::router(crate::delivery_api::DeliveryApi {
+        store: store.clone(),
+        control: control_service.store.clone(),
+        verifier: operators.clone(),
+        autodisable: delivery.autodisable(),
+    });
     let http = Arc::new(HttpIngest {
         store: store.clone(),
         counters: http_counters,
         limits,
         observer: Some(catalog.clone()),
+        routing: delivery.routing.clone(),
     });
     let listener = tokio
         .block_on(tokio::net::TcpListener::bind(config.http_addr))
         .with_context(|| format!("binding {}", config.http_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "http ingest and admin listening");
-    let stop = Arc::new(AtomicBool::new(false));
     let server = {
         let stop = stop.clone();
         tokio.spawn(async move {
-            let app = router(api, http, operators).merge(control);
+            let app = router(api, http, operators)
+                .merge(control)
+                .merge(delivery_routes);
             let shutdown = async move {
                 while !stop.load(Ordering::Acquire) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -126,38 +141,54 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         })
     };
 
-    let kafka = match &config.kafka_brokers {
-        Some(brokers) => {
-            let settings = KafkaSettings {
-                brokers: brokers.clone(),
-                group_id: config.kafka_group.clone(),
-                metadata_refresh_ms: config.kafka_metadata_refresh_ms,
-                session_timeout_ms: config.kafka_session_timeout_ms,
-            };
-            let bridge = TokioBridge::new(tokio.handle().clone());
-            Some(start_kafka(
-                &config,
-                settings,
-                store.clone(),
-                bridge,
-                shard_counters,
-                limits,
-                shards,
-                stop.clone(),
-                catalog,
-            )?)
-        }
-        None => None,
-    };
+    let bridge = TokioBridge::new(tokio.handle().clone());
+    let (record_senders, record_receivers): (Vec<_>, Vec<_>) = (0..shards)
+        .map(|_| async_channel::bounded::<RecordIn>(config.shard_queue))
+        .unzip();
+    let (commit_tx, commit_rx) = mpsc::channel();
+    let kafka_on = config.kafka_brokers.is_some();
+    let shards_done = Arc::new(AtomicBool::new(false));
+    let mut threads = vec![start_shards(
+        &config,
+        ShardWork {
+            store: store.clone(),
+            bridge: bridge.clone(),
+            counters: shard_counters,
+            limits,
+            commits: commit_tx,
+            observer: catalog,
+            records: kafka_on.then_some(record_receivers),
+            lanes: delivery.lanes(&store, &bridge),
+        },
+        shards,
+        shards_done.clone(),
+    )?];
+    if let Some(brokers) = &config.kafka_brokers {
+        let settings = KafkaSettings {
+            brokers: brokers.clone(),
+            group_id: config.kafka_group.clone(),
+            metadata_refresh_ms: config.kafka_metadata_refresh_ms,
+            session_timeout_ms: config.kafka_session_timeout_ms,
+        };
+        threads.extend(start_kafka(
+            settings,
+            store.clone(),
+            bridge,
+            record_senders,
+            commit_rx,
+            shards_done,
+            stop.clone(),
+        )?);
+    } else {
+        drop(record_senders);
+    }
 
     tokio.block_on(stopped);
     tracing::info!("stopping: draining in-flight batches");
     stop.store(true, Ordering::Release);
-    if let Some(threads) = kafka {
-        for t in threads {
-            if t.join().is_err() {
-                tracing::error!("an ingest thread panicked");
-            }
+    for t in threads {
+        if t.join().is_err() {
+            tracing::error!("an engine thread panicked");
         }
     }
     if let Ok(Err(e)) = tokio.block_on(server) {
@@ -166,66 +197,96 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the ingest consumer thread, the shards, and the DLQ observer; returns their threads.
-#[allow(clippy::too_many_arguments)]
-fn start_kafka(
-    config: &HubConfig,
-    settings: KafkaSettings,
+/// What the shards run: the ingest stage (when Kafka is configured) and the delivery lane.
+struct ShardWork {
     store: Arc<dyn Store>,
     bridge: TokioBridge,
     counters: Vec<Arc<VerdictCounters>>,
     limits: VerdictLimits,
-    shards: usize,
-    stop: Arc<AtomicBool>,
+    commits: mpsc::Sender<crate::ingest::kafka::Commit>,
     observer: Arc<dyn KeyObserver>,
-) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
-    let (commit_tx, commit_rx) = mpsc::channel();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards)
-        .map(|_| async_channel::bounded::<RecordIn>(config.shard_queue))
-        .unzip();
-    let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
-    let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
-    let shards_done = Arc::new(AtomicBool::new(false));
+    records: Option<Vec<async_channel::Receiver<RecordIn>>>,
+    lanes: Vec<Option<DeliveryLane>>,
+}
 
-    let shard_thread = {
-        let (store, bridge, shards_done) = (store.clone(), bridge.clone(), shards_done.clone());
-        let observer = Some(observer);
-        let max_batch = config.max_batch;
-        std::thread::Builder::new()
-            .name("hub-shards".into())
-            .spawn(move || {
-                let receivers = Arc::new(std::sync::Mutex::new(
-                    receivers.into_iter().map(Some).collect::<Vec<_>>(),
-                ));
-                let result = spawn_shards(
-                    &ShardConfig {
-                        shards,
-                        ..ShardConfig::default()
-                    },
-                    move |id| {
-                        let rx = receivers.lock().ok().and_then(|mut r| r[id.0].take());
-                        let ingest = ShardIngest {
-                            store: store.clone(),
-                            bridge: bridge.clone(),
-                            counters: counters[id.0].clone(),
-                            limits,
-                            max_batch,
-                            commits: commit_tx.clone(),
-                            observer: observer.clone(),
-                        };
-                        async move {
+/// Starts the shards on their own thread; each runs its ingest stage and its delivery lane.
+fn start_shards(
+    config: &HubConfig,
+    work: ShardWork,
+    shards: usize,
+    shards_done: Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let max_batch = config.max_batch;
+    Ok(std::thread::Builder::new()
+        .name("hub-shards".into())
+        .spawn(move || {
+            let ShardWork {
+                store,
+                bridge,
+                counters,
+                limits,
+                commits,
+                observer,
+                records,
+                lanes,
+            } = work;
+            let records = Arc::new(std::sync::Mutex::new(records.map_or_else(
+                || (0..shards).map(|_| None).collect(),
+                |r| r.into_iter().map(Some).collect::<Vec<_>>(),
+            )));
+            let lanes = Arc::new(std::sync::Mutex::new(lanes));
+            let result = spawn_shards(
+                &ShardConfig {
+                    shards,
+                    ..ShardConfig::default()
+                },
+                move |id| {
+                    let rx = records.lock().ok().and_then(|mut r| r[id.0].take());
+                    let lane = lanes.lock().ok().and_then(|mut l| l[id.0].take());
+                    let ingest = ShardIngest {
+                        store: store.clone(),
+                        bridge: bridge.clone(),
+                        counters: counters[id.0].clone(),
+                        limits,
+                        max_batch,
+                        commits: commits.clone(),
+                        observer: Some(observer.clone()),
+                        routing: lane.as_ref().map(|l| l.routing.clone()),
+                    };
+                    async move {
+                        let ingest = async {
                             if let Some(rx) = rx {
                                 ingest.run(rx).await;
                             }
-                        }
-                    },
-                );
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "shards failed");
-                }
-                shards_done.store(true, Ordering::Release);
-            })?
-    };
+                        };
+                        let deliver = async {
+                            if let Some(lane) = lane {
+                                lane.lane.run().await;
+                            }
+                        };
+                        futures::join!(ingest, deliver);
+                    }
+                },
+            );
+            if let Err(e) = result {
+                tracing::error!(error = %e, "shards failed");
+            }
+            shards_done.store(true, Ordering::Release);
+        })?)
+}
+
+/// Starts the ingest consumer thread and the DLQ observer; returns their threads.
+fn start_kafka(
+    settings: KafkaSettings,
+    store: Arc<dyn Store>,
+    bridge: TokioBridge,
+    senders: Vec<async_channel::Sender<RecordIn>>,
+    commit_rx: mpsc::Receiver<crate::ingest::kafka::Commit>,
+    shards_done: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+    let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
+    let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
     let consumer_thread = {
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -248,7 +309,7 @@ fn start_kafka(
                 }
             })?
     };
-    Ok(vec![consumer_thread, shard_thread, dlq_thread])
+    Ok(vec![consumer_thread, dlq_thread])
 }
 
 /// SIGINT or SIGTERM. The handlers are installed when this is called, before the hub answers

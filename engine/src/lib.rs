@@ -1,9 +1,11 @@
 //! Streaming Hub engine.
 //!
 //! Data flow, in module order: `ingest` (Kafka or HTTP records) → `verdict` (pure: accept, drop,
-//! quarantine) → `store` (dedup, `seq`, inbox; one durable unit per partition batch) → offset
-//! commit. `runtime` holds the shard-per-core executors and the tokio bridge; `hub` wires the
-//! stages; `api` is the HTTP surface; `config` and `telemetry` are what operators touch.
+//! quarantine) → `store` (dedup, `seq`, inbox and the jobs of every match; one durable unit per
+//! partition batch) → offset commit → `delivery` (lanes per shard: tenant-fair scheduling, one
+//! attempt per lease, retries, dead letters). `runtime` holds the shard-per-core executors and the
+//! tokio bridge; `hub` wires the stages; `api` and `delivery_api` are the HTTP surface; `config`
+//! and `telemetry` are what operators touch.
 //!
 //! Invariant (no loss): an offset is committed only after everything derived from its record is
 //! durable.
@@ -12,6 +14,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod delivery;
+pub mod delivery_api;
 pub mod hub;
 pub mod ingest;
 pub mod runtime;

@@ -70,3 +70,40 @@ pub fn render_ingest(s: &VerdictSnapshot) -> String {
     }
     out
 }
+
+/// Delivery outcomes per kind (`delivered`, `failed_attempt`, `dead_lettered`, `deferred`,
+/// `cancelled`, `auto_disabled`).
+pub const DELIVERY_OUTCOMES: &str = "streaming_hub_delivery_outcomes_total";
+/// Jobs waiting in the store (due or not).
+pub const DELIVERY_PENDING: &str = "streaming_hub_delivery_pending_jobs";
+
+pub fn render_delivery(c: &crate::delivery::lane::DeliveryCounters) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP {DELIVERY_OUTCOMES} Delivery outcomes per kind."
+    );
+    let _ = writeln!(out, "# TYPE {DELIVERY_OUTCOMES} counter");
+    for (kind, n) in [
+        ("delivered", &c.delivered),
+        ("failed_attempt", &c.failed_attempts),
+        ("dead_lettered", &c.dead_lettered),
+        ("deferred", &c.deferred),
+        ("cancelled", &c.cancelled),
+        ("auto_disabled", &c.auto_disabled),
+    ] {
+        let _ = writeln!(
+            out,
+            "{DELIVERY_OUTCOMES}{{outcome=\"{kind}\"}} {}",
+            n.load(Relaxed)
+        );
+    }
+    out
+}
+
+pub fn render_pending(pending: u64) -> String {
+    format!(
+        "# HELP {DELIVERY_PENDING} Jobs waiting in the store.\n# TYPE {DELIVERY_PENDING} gauge\n{DELIVERY_PENDING} {pending}\n"
+    )
+}

@@ -34,6 +34,7 @@ pub fn subscription(tenant: &str, name: &str) -> Subscription {
         deleted: false,
         secret: None,
         revision: 1,
+        marks: Default::default(),
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 /// A due job as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
-    pub job: u64,
+    pub job: u128,
     pub destination: String,
 }
 
@@ -107,7 +107,7 @@ impl Scheduler {
 mod tests {
     use super::*;
 
-    fn due(job: u64, dest: &str) -> Due {
+    fn due(job: u128, dest: &str) -> Due {
         Due {
             job,
             destination: dest.into(),

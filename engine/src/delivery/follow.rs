@@ -21,7 +21,7 @@ const PAGE: usize = 1000;
 #[derive(Debug, Default)]
 pub struct Subscriptions {
     index: RwLock<Arc<MatchIndex>>,
-    known: Mutex<HashMap<(String, Uuid), Subscription>>,
+    known: Mutex<HashMap<(String, Uuid), Arc<Subscription>>>,
 }
 
 impl Subscriptions {
@@ -31,6 +31,12 @@ impl Subscriptions {
             .read()
             .map(|i| i.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// The subscription as of the last change applied (`None` once deleted or never seen).
+    pub fn get(&self, tenant: &str, id: Uuid) -> Option<Arc<Subscription>> {
+        let known = self.known.lock().ok()?;
+        known.get(&(tenant.to_owned(), id)).cloned()
     }
 
     /// Applies every change after the current index's revision; true when the index changed.
@@ -46,7 +52,7 @@ impl Subscriptions {
                 let current = store.get(&c.tenant, c.id).await?;
                 if let Ok(mut known) = self.known.lock() {
                     match current {
-                        Some(s) => known.insert((c.tenant.clone(), c.id), s),
+                        Some(s) => known.insert((c.tenant.clone(), c.id), Arc::new(s)),
                         None => known.remove(&(c.tenant.clone(), c.id)),
                     };
                 }
@@ -60,7 +66,7 @@ impl Subscriptions {
             return Ok(false);
         }
         let index = match self.known.lock() {
-            Ok(known) => MatchIndex::build(known.values(), revision),
+            Ok(known) => MatchIndex::build(known.values().map(|s| &**s), revision),
             Err(_) => return Ok(false),
         };
         if let Ok(mut current) = self.index.write() {

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hub_control::model::{Subscription, VerificationState};
+use hub_control::model::{SinkKind, Subscription, VerificationState};
 use uuid::Uuid;
 
 /// What matching needs to know of an event.
@@ -23,6 +23,8 @@ pub struct EventFacts<'a> {
 #[derive(Debug, Clone)]
 struct Entry {
     id: Uuid,
+    /// Pull subscriptions read the tenant log by `seq` (R-CP-14): they match but take no jobs.
+    push: bool,
     origin: Option<String>,
     schema_major: u32,
     event_majors: BTreeMap<String, u32>,
@@ -66,6 +68,7 @@ impl MatchIndex {
         for s in subs.into_iter().filter(|s| deliverable(s)) {
             let entry = Entry {
                 id: s.id,
+                push: s.sink_kind != SinkKind::Pull,
                 origin: s.origin.clone(),
                 schema_major: s.schema_major,
                 event_majors: s.event_majors.clone(),
@@ -84,24 +87,29 @@ impl MatchIndex {
 
     /// The subscriptions that want `ev`.
     pub fn matches(&self, ev: &EventFacts<'_>) -> Vec<Uuid> {
-        let Some(t) = self.tenants.get(ev.tenant) else {
-            return Vec::new();
-        };
-        t.by_key
-            .get(ev.key)
-            .into_iter()
-            .flatten()
-            .chain(&t.all_keys)
-            .filter(|e| e.wants(ev))
-            .map(|e| e.id)
-            .collect()
+        self.wanting(ev).map(|e| e.id).collect()
+    }
+
+    /// The subscriptions that want `ev` delivered (push sinks): one job each (R-DI-1).
+    pub fn jobs_for(&self, ev: &EventFacts<'_>) -> Vec<Uuid> {
+        self.wanting(ev).filter(|e| e.push).map(|e| e.id).collect()
+    }
+
+    fn wanting<'s>(&'s self, ev: &'s EventFacts<'_>) -> impl Iterator<Item = &'s Entry> + 's {
+        self.tenants.get(ev.tenant).into_iter().flat_map(move |t| {
+            t.by_key
+                .get(ev.key)
+                .into_iter()
+                .flatten()
+                .chain(&t.all_keys)
+                .filter(move |e| e.wants(ev))
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hub_control::model::SinkKind;
     use proptest::prelude::*;
 
     /// R-MA-1 read literally, one subscription at a time.
@@ -174,6 +182,7 @@ mod tests {
                 deleted,
                 secret: None,
                 revision: 1,
+                marks: Default::default(),
             }
         }
     }

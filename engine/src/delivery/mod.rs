@@ -15,8 +15,11 @@
 
 pub mod autodisable;
 pub mod breaker;
+pub mod decide;
 pub mod fairness;
 pub mod follow;
+pub mod lane;
 pub mod matching;
 pub mod retry;
-pub mod signature;
+pub mod start;
+pub use hub_control::signature;

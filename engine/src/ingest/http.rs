@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 
+use super::jobs::JobRouting;
 use super::{distinct_keys, judge_into, Judged, KeyObserver, RecordIn};
 use crate::store::{Fence, IngestBatch, Store, UnitId};
 use crate::verdict::{VerdictCounters, VerdictLimits};
@@ -22,6 +23,8 @@ pub struct HttpIngest {
     pub limits: VerdictLimits,
     /// Told the events of every durable batch (the catalog), if any.
     pub observer: Option<Arc<dyn KeyObserver>>,
+    /// Matching and the lanes: jobs are written with their events (R-DI-1).
+    pub routing: Option<JobRouting>,
 }
 
 /// `POST /ingest/{source}`.
@@ -51,6 +54,9 @@ pub async fn ingest(
         crate::clock::now_ms(),
     );
     let unit = UnitId::new(record.topic.clone(), 0);
+    if let Some(r) = &state.routing {
+        r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition));
+    }
     let batch = Arc::new(batch);
     let outcome = match state
         .store
@@ -60,6 +66,9 @@ pub async fn ingest(
         Ok(o) => {
             if let Some(observer) = &state.observer {
                 observer.observe(&distinct_keys(&batch.events));
+            }
+            if let (Some(r), false) = (&state.routing, batch.matches.is_empty()) {
+                r.wake(batch.lane);
             }
             o
         }

@@ -4,6 +4,7 @@
 
 pub mod dlq;
 pub mod http;
+pub mod jobs;
 pub mod kafka;
 pub mod router;
 pub mod shard;

@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::jobs::JobRouting;
 use super::kafka::Commit;
 use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
 use crate::runtime::{shard_sleep, TokioBridge};
@@ -27,6 +28,8 @@ pub struct ShardIngest {
     pub commits: mpsc::Sender<Commit>,
     /// Told the events of every durable batch (the catalog), if any.
     pub observer: Option<Arc<dyn KeyObserver>>,
+    /// Matching and the lanes: jobs are written with their events (R-DI-1).
+    pub routing: Option<JobRouting>,
 }
 
 impl ShardIngest {
@@ -71,6 +74,9 @@ impl ShardIngest {
             judge_into(&mut batch, r, source, &self.limits, &self.counters, now);
         }
         batch.next_offset = recs.iter().map(|r| r.offset + 1).max();
+        if let Some(r) = &self.routing {
+            r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition));
+        }
         let batch = Arc::new(batch);
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -105,6 +111,9 @@ impl ShardIngest {
                         .count_duplicates(outcome.duplicates.len() as u64);
                     if let Some(o) = &self.observer {
                         o.observe(&distinct_keys(&batch.events));
+                    }
+                    if let (Some(r), false) = (&self.routing, batch.matches.is_empty()) {
+                        r.wake(batch.lane);
                     }
                     if let Some(next) = batch.next_offset {
                         // The receiver lives as long as the consumer thread; if it is gone the

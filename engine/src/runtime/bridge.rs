@@ -28,6 +28,14 @@ impl TokioBridge {
         &self.handle
     }
 
+    /// Runs `work` on tokio without waiting for it.
+    pub fn spawn<F>(&self, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.handle.spawn(work);
+    }
+
     /// Runs `work` on tokio and resolves, on whatever executor awaits it, to its output.
     ///
     /// The returned future is runtime-agnostic (a `futures` oneshot), so a glommio shard can

@@ -77,6 +77,7 @@ async fn write(
         events,
         quarantined: vec![],
         next_offset: Some(next),
+        ..Default::default()
     };
     store
         .write_batch(unit, fence, Arc::new(batch))
@@ -162,6 +163,7 @@ pub async fn claim_fences_stale_owner_and_offsets_are_durable(store: &dyn Store,
                 events: vec![event(&format!("{ns}-fence"), "x.created")],
                 quarantined: vec![],
                 next_offset: Some(11),
+                ..Default::default()
             }),
         )
         .await;
@@ -231,6 +233,7 @@ pub async fn seq_has_no_gap_under_concurrent_writers(store: Arc<dyn Store>, ns: 
                     events,
                     quarantined: vec![],
                     next_offset: Some((b * PER_BATCH) as i64),
+                    ..Default::default()
                 };
                 store
                     .write_batch(&unit, fence, Arc::new(batch))
@@ -267,6 +270,7 @@ pub async fn quarantine_is_listed_with_filters_and_pages(store: &dyn Store, ns: 
         events: vec![],
         quarantined: records.clone(),
         next_offset: Some(4),
+        ..Default::default()
     };
     assert_eq!(
         store
@@ -282,6 +286,7 @@ pub async fn quarantine_is_listed_with_filters_and_pages(store: &dyn Store, ns: 
         events: vec![],
         quarantined: records.clone(),
         next_offset: Some(4),
+        ..Default::default()
     };
     let again = store
         .write_batch(&unit, fence, Arc::new(replay))

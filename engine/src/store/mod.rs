@@ -7,15 +7,21 @@
 pub mod codec;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance_jobs;
 pub mod cql;
 pub mod embedded;
+mod jobs;
 mod model;
 pub mod timings;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use uuid::Uuid;
 
+pub use jobs::*;
 pub use model::*;
 
 /// Store failures. Ingest treats every one as "not durable": the offset is not committed and the
@@ -96,6 +102,52 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = keys;
         Ok(())
     }
+
+    /// Due jobs of `lanes` (due at or before `now_ms`), at most `per_tenant` of each tenant and
+    /// `limit` in all, tenants taken in turn starting at `rotation % tenants`; jobs in `skip`
+    /// (already held by the caller) are passed over.
+    async fn due_jobs(
+        &self,
+        lanes: Vec<Lane>,
+        now_ms: i64,
+        per_tenant: usize,
+        limit: usize,
+        rotation: u64,
+        skip: Arc<HashSet<u128>>,
+    ) -> Result<Vec<JobRecord>, StoreError>;
+
+    /// One delivery step, atomically: records outcomes (retry times, dead letters, statistics,
+    /// the failure streak), then leases the jobs to start and returns them with their events.
+    async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError>;
+
+    /// A subscription's dead letters, oldest job id first, after `cursor`.
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        cursor: Option<u128>,
+        limit: usize,
+    ) -> Result<(Vec<DeadLetter>, Option<u128>), StoreError>;
+
+    /// Turns dead letters back into jobs due at `now_ms` with a fresh attempt budget: all of the
+    /// subscription's, or only `jobs`. Returns how many were replayed.
+    async fn replay_dead_letters(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        jobs: Option<Vec<u128>>,
+        now_ms: i64,
+    ) -> Result<u64, StoreError>;
+
+    /// A subscription's delivery statistics (health, R-CP-12).
+    async fn delivery_stats(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+    ) -> Result<DeliveryStats, StoreError>;
+
+    /// How many jobs wait (all lanes), for metrics and the load test.
+    async fn pending_jobs(&self) -> Result<u64, StoreError>;
 
     /// Time spent per phase of `write_batch` since start (for `/metrics` and the load test).
     fn write_timings(&self) -> Vec<timings::PhaseTotal> {

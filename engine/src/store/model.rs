@@ -144,6 +144,11 @@ pub struct DlqObservation {
 #[derive(Debug, Clone, Default)]
 pub struct IngestBatch {
     pub events: Vec<InboxEvent>,
+    /// The subscriptions each event matched (same order as `events`; shorter means no matches):
+    /// one job per match, written with the event (R-DI-1). A duplicate creates none.
+    pub matches: Vec<super::Matches>,
+    /// The delivery lane the jobs join (the owning shard).
+    pub lane: super::Lane,
     pub quarantined: Vec<QuarantineRecord>,
     /// The next offset to read on this unit after the batch (last offset + 1); `None` for HTTP.
     pub next_offset: Option<i64>,

@@ -76,6 +76,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
         events: vec![ev.clone()],
         quarantined: vec![],
         next_offset: Some(42),
+        ..Default::default()
     });
     let replay = store
         .write_batch(&unit, fence, batch.clone())
@@ -111,6 +112,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
                 events: vec![left.clone(), b.clone(), c.clone()],
                 quarantined: vec![],
                 next_offset: Some(53),
+                ..Default::default()
             }),
         )
         .await
@@ -149,6 +151,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
                 events: vec![resent],
                 quarantined: vec![],
                 next_offset: Some(10),
+                ..Default::default()
             }),
         )
         .await

@@ -15,32 +15,77 @@ use std::time::Instant;
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 use tokio::sync::oneshot;
 
+use super::delivery::{apply_step, JobTables};
 use super::tables::*;
 use super::unavailable;
 use crate::store::codec::encode;
 use crate::store::timings::PhaseTimings;
-use crate::store::{BatchOutcome, Fence, IngestBatch, StoreError, StoredEventRef, UnitId};
+use crate::store::{
+    job_id, BatchOutcome, DeliveryStep, Fence, IngestBatch, JobRecord, StepOutcome, StoreError,
+    StoredEventRef, UnitId,
+};
 
 /// Most batches merged into one transaction.
 const GROUP: usize = 64;
 
-pub(super) struct Job {
-    pub unit: UnitId,
-    pub fence: Fence,
-    pub batch: Arc<IngestBatch>,
-    pub reply: oneshot::Sender<Result<BatchOutcome, StoreError>>,
+/// One piece of work for the committer: an ingest batch or a delivery step, each with its reply.
+pub(super) enum Work {
+    Ingest {
+        unit: UnitId,
+        fence: Fence,
+        batch: Arc<IngestBatch>,
+        reply: oneshot::Sender<Result<BatchOutcome, StoreError>>,
+    },
+    Step {
+        step: DeliveryStep,
+        reply: oneshot::Sender<Result<StepOutcome, StoreError>>,
+    },
+}
+
+type Answer = Result<Answered, StoreError>;
+
+/// What the transaction produced for one piece of work.
+enum Answered {
+    Ingest(BatchOutcome),
+    Step(StepOutcome),
+}
+
+impl Work {
+    fn answer(self, answer: Answer) {
+        // A caller that gave up (dropped its future) needs no answer.
+        match (self, answer) {
+            (Work::Ingest { reply, .. }, Ok(Answered::Ingest(o))) => {
+                let _ = reply.send(Ok(o));
+            }
+            (Work::Step { reply, .. }, Ok(Answered::Step(o))) => {
+                let _ = reply.send(Ok(o));
+            }
+            (Work::Ingest { reply, .. }, Err(e)) => {
+                let _ = reply.send(Err(e));
+            }
+            (Work::Step { reply, .. }, Err(e)) => {
+                let _ = reply.send(Err(e));
+            }
+            (Work::Ingest { reply, .. }, Ok(_)) => {
+                let _ = reply.send(Err(StoreError::Unavailable("mismatched answer".into())));
+            }
+            (Work::Step { reply, .. }, Ok(_)) => {
+                let _ = reply.send(Err(StoreError::Unavailable("mismatched answer".into())));
+            }
+        }
+    }
 }
 
 /// The committer thread and its queue. Dropping it (with the last store clone) closes the queue
 /// and joins the thread, so the database file is closed when the store is gone and can be
 /// reopened at once.
 pub(super) struct Committer {
-    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    queue: Mutex<Option<mpsc::Sender<Work>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Committer {
-    pub(super) fn submit(&self, job: Job) -> Result<(), StoreError> {
+    pub(super) fn submit(&self, job: Work) -> Result<(), StoreError> {
         let stopped = || StoreError::Unavailable("the embedded committer stopped".into());
         let queue = self.queue.lock().map_err(|_| stopped())?;
         queue
@@ -67,7 +112,7 @@ pub(super) fn start(
     db: Arc<Database>,
     timings: Arc<PhaseTimings>,
 ) -> Result<Committer, StoreError> {
-    let (tx, rx) = mpsc::channel::<Job>();
+    let (tx, rx) = mpsc::channel::<Work>();
     let thread = std::thread::Builder::new()
         .name("embedded-commit".into())
         .spawn(move || {
@@ -84,13 +129,13 @@ pub(super) fn start(
                 timings.record(0, started);
                 match outcomes {
                     Ok(outcomes) => {
-                        for (job, outcome) in group.into_iter().zip(outcomes) {
-                            let _ = job.reply.send(outcome);
+                        for (work, outcome) in group.into_iter().zip(outcomes) {
+                            work.answer(outcome);
                         }
                     }
                     Err(e) => {
-                        for job in group {
-                            let _ = job.reply.send(Err(StoreError::Unavailable(e.to_string())));
+                        for work in group {
+                            work.answer(Err(StoreError::Unavailable(e.to_string())));
                         }
                     }
                 }
@@ -112,6 +157,7 @@ struct Tables<'txn> {
     quarantine: Table<'txn, u64, &'static [u8]>,
     seen: Table<'txn, (&'static str, i32, i64), u64>,
     counters: Table<'txn, &'static str, u64>,
+    jobs: JobTables<'txn>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -124,21 +170,28 @@ impl<'txn> Tables<'txn> {
             quarantine: txn.open_table(QUARANTINE)?,
             seen: txn.open_table(QUARANTINE_SEEN)?,
             counters: txn.open_table(COUNTERS)?,
+            jobs: JobTables::open(txn)?,
         })
     }
 }
 
-fn commit_group(
-    db: &Database,
-    group: &[Job],
-) -> Result<Vec<Result<BatchOutcome, StoreError>>, StoreError> {
+fn commit_group(db: &Database, group: &[Work]) -> Result<Vec<Answer>, StoreError> {
     let txn = db.begin_write().map_err(unavailable)?;
     let outcomes = {
         let mut t = Tables::open(&txn).map_err(unavailable)?;
         let mut heads: HashMap<String, u64> = HashMap::new();
         let mut outcomes = Vec::with_capacity(group.len());
-        for job in group {
-            outcomes.push(apply(&mut t, &mut heads, &job.unit, job.fence, &job.batch)?);
+        for work in group {
+            outcomes.push(match work {
+                Work::Ingest {
+                    unit, fence, batch, ..
+                } => apply(&mut t, &mut heads, unit, *fence, batch)?.map(Answered::Ingest),
+                // A step reads events of this group's batches too: seqs are written per batch,
+                // the tenant heads only at the end, and a step never needs a head.
+                Work::Step { step, .. } => {
+                    Ok(Answered::Step(apply_step(&mut t.jobs, &t.events, step)?))
+                }
+            });
         }
         for (tenant, head) in &heads {
             t.seqs.insert(tenant.as_str(), head).map_err(unavailable)?;
@@ -173,7 +226,7 @@ fn apply(
         }));
     }
     let mut outcome = BatchOutcome::default();
-    for event in &batch.events {
+    for (i, event) in batch.events.iter().enumerate() {
         let tenant = event.tenant.as_str();
         let id = event.id.as_u128();
         let head = match heads.get(tenant) {
@@ -202,6 +255,22 @@ fn apply(
         t.events
             .insert((tenant, seq), row.as_slice())
             .map_err(unavailable)?;
+        // R-DI-1: the event's jobs land in the same transaction as the event.
+        for sub in batch.matches.get(i).map_or(&[][..], |m| m.0.as_slice()) {
+            t.jobs.create(&JobRecord {
+                id: job_id(event.id, *sub),
+                lane: batch.lane,
+                tenant: event.tenant.clone(),
+                subscription: *sub,
+                event_id: event.id,
+                event_seq: seq,
+                received_at_ms: event.received_at_ms,
+                due_at_ms: event.received_at_ms,
+                attempts: 0,
+                starts: 0,
+                last: None,
+            })?;
+        }
         outcome.stored.push((event.tenant.clone(), event.id, seq));
     }
     let mut next_q = t

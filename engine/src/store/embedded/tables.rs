@@ -22,6 +22,21 @@ pub const DLQ_SEEN: TableDefinition<(&str, i32, i64), u64> = TableDefinition::ne
 /// Named counters (next row numbers).
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
+/// job id → encoded `JobRecord`.
+pub const JOBS: TableDefinition<u128, &[u8]> = TableDefinition::new("jobs");
+/// `(lane, tenant, due_at, job id)`: the due index a lane pages from, per tenant (so a cold
+/// tenant's jobs are never behind a hot tenant's backlog). A leased job sits at its lease's end.
+pub const JOB_DUE: TableDefinition<(u32, &str, u64, u128), ()> = TableDefinition::new("job_due");
+/// `(lane, tenant)` → number of jobs: the tenants a lane has work for.
+pub const LANE_TENANTS: TableDefinition<(u32, &str), u64> = TableDefinition::new("lane_tenants");
+/// job ids leased (attempt started, no outcome yet); released when the store opens, since a lease
+/// of a single-node store can only belong to a process that has ended.
+pub const LEASED: TableDefinition<u128, ()> = TableDefinition::new("leased");
+/// `(tenant, subscription, job id)` → encoded `DeadLetter`.
+pub const DEAD: TableDefinition<(&str, u128, u128), &[u8]> = TableDefinition::new("dead_letters");
+/// `(tenant, subscription)` → encoded `DeliveryStats`.
+pub const STATS: TableDefinition<(&str, u128), &[u8]> = TableDefinition::new("delivery_stats");
+
 pub const QUARANTINE_NEXT: &str = "quarantine_next";
 pub const DLQ_NEXT: &str = "dlq_next";
 
@@ -36,5 +51,11 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<(), redb::TableError> {
     txn.open_table(DLQ)?;
     txn.open_table(DLQ_SEEN)?;
     txn.open_table(COUNTERS)?;
+    txn.open_table(JOBS)?;
+    txn.open_table(JOB_DUE)?;
+    txn.open_table(LANE_TENANTS)?;
+    txn.open_table(LEASED)?;
+    txn.open_table(DEAD)?;
+    txn.open_table(STATS)?;
     Ok(())
 }

@@ -1,0 +1,255 @@
+//! Ping and verify (R-CP-5, R-CP-8): a signed synthetic event sent through the real delivery path
+//! (the same `WebhookClient` the engine's workers use), a classified outcome, and what a success
+//! changes: a pending subscription becomes active; verify also re-enables one the hub stopped (in
+//! place: same id, same secret) and clears the auto-disable mark. Neither ever resumes a paused
+//! subscription, and a failed verify changes nothing.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::auth::{Permission, Principal};
+use crate::error::ApiError;
+use crate::model::{SinkKind, Subscription, VerificationState, DEFAULT_TIMEOUT_MS};
+use crate::service::{binding, store_error, Control, Reply};
+use crate::signature::SigningKey;
+use crate::store::ControlStoreError;
+use crate::webhook::{Attempt, Keys, Outcome};
+
+/// Which probe a tenant asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    Ping,
+    Verify,
+}
+
+impl Control {
+    /// `POST /v1/subscriptions/:id/ping` or `…/verify`.
+    pub async fn probe(&self, who: &Principal, id: &str, kind: ProbeKind) -> Reply {
+        if let Err(e) = who.require(Permission::Post) {
+            return e.into();
+        }
+        let sub = match self.live(who, id).await {
+            Ok(s) => s,
+            Err(e) => return e.into(),
+        };
+        if sub.sink_kind != SinkKind::Webhook {
+            return ApiError::new(
+                422,
+                "probe_unsupported",
+                "only webhook subscriptions can be probed in this version",
+            )
+            .into();
+        }
+        let outcome = self.probe_webhook(&sub).await;
+        let recorded = match self.record_probe(sub, kind, &outcome).await {
+            Ok(s) => s,
+            Err(e) => return e.into(),
+        };
+        let mut body = json!({
+            "outcome": if outcome.success { "success" } else { "failure" },
+            "verification_state": recorded.verification_state,
+            "enabled": recorded.enabled,
+            "paused": recorded.paused,
+        });
+        if let Some(class) = &outcome.error_class {
+            body["error_class"] = class.clone().into();
+        }
+        if let Some(code) = outcome.status_code {
+            body["status_code"] = code.into();
+        }
+        if !outcome.detail.is_empty() {
+            body["detail"] = outcome.detail.clone().into();
+        }
+        Reply::json(200, &body)
+    }
+
+    /// One signed synthetic delivery to the subscription's endpoint.
+    pub async fn probe_webhook(&self, sub: &Subscription) -> Outcome {
+        let failed = |class: &str, detail: &str| Outcome {
+            success: false,
+            error_class: Some(class.into()),
+            status_code: None,
+            detail: detail.into(),
+            duration_ms: 0,
+        };
+        let Some(sealed) = &sub.secret else {
+            return failed(
+                "secret_unavailable",
+                "the subscription has no signing secret",
+            );
+        };
+        let Ok(secret) = self.keyring.open(sealed, &binding(sub)) else {
+            return failed(
+                "secret_unavailable",
+                "the signing secret could not be opened",
+            );
+        };
+        let Ok(current) = SigningKey::from_secret(&secret.0) else {
+            return failed("secret_unavailable", "the signing secret is malformed");
+        };
+        let now = (self.now_ms)();
+        let event_id = Uuid::now_v7();
+        let body = json!({
+            "specversion": "1.0",
+            "id": event_id,
+            "source": "hub",
+            "type": "studio.lerian.hub.destination.ping",
+            "time": now,
+            "data": {"subscription_id": sub.id, "probe": true},
+        });
+        let attempt = Attempt {
+            endpoint: sub.endpoint.as_deref().unwrap_or_default(),
+            event_id,
+            event_key: "destination.ping",
+            source: "hub",
+            tenant: &sub.tenant,
+            schema_version: "1.0.0",
+            content_type: Some("application/json"),
+            body: Bytes::from(body.to_string()),
+            timeout: Duration::from_millis(u64::from(
+                sub.timeout_ms
+                    .filter(|t| *t > 0)
+                    .unwrap_or(DEFAULT_TIMEOUT_MS),
+            )),
+            unix_s: now / 1000,
+        };
+        self.webhooks
+            .send(
+                &attempt,
+                &Keys {
+                    current,
+                    previous: None,
+                },
+            )
+            .await
+    }
+
+    /// Writes what the probe changes (nothing for a failed verify) and returns the subscription
+    /// as it now is.
+    async fn record_probe(
+        &self,
+        mut current: Subscription,
+        kind: ProbeKind,
+        outcome: &Outcome,
+    ) -> Result<Subscription, ApiError> {
+        if kind == ProbeKind::Verify && !outcome.success {
+            return Ok(current);
+        }
+        for _ in 0..5 {
+            let next = after_probe(&current, kind, outcome, (self.now_ms)());
+            match self.store.replace(&next, current.revision).await {
+                Ok(()) => return Ok(next),
+                Err(ControlStoreError::Conflict) => {
+                    current = match self.store.get(&current.tenant, current.id).await {
+                        Ok(Some(s)) if !s.deleted => s,
+                        Ok(_) => return Err(ApiError::not_found()),
+                        Err(e) => return Err(store_error(e)),
+                    };
+                }
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+        Err(ApiError::new(
+            409,
+            "subscription_changed",
+            "the subscription kept changing; retry",
+        ))
+    }
+}
+
+/// The subscription after a probe (pure).
+pub fn after_probe(
+    current: &Subscription,
+    kind: ProbeKind,
+    outcome: &Outcome,
+    now_ms: i64,
+) -> Subscription {
+    let mut next = current.clone();
+    next.marks.last_probe_at_ms = Some(now_ms);
+    next.marks.last_probe_outcome = Some(
+        if outcome.success {
+            "success"
+        } else {
+            "failure"
+        }
+        .into(),
+    );
+    next.marks.last_probe_error_class = outcome.error_class.clone();
+    if outcome.success {
+        next.verification_state = VerificationState::Active;
+        next.marks.next_verification_attempt_at_ms = None;
+        next.marks.probe_interval_ms = None;
+        let stopped_by_hub = !current.enabled && !current.paused;
+        if kind == ProbeKind::Verify && stopped_by_hub {
+            next.enabled = true;
+            next.marks.disabled_at_ms = None;
+            next.marks.disabled_reason = None;
+            next.last_failure_at_ms = None;
+            // Failures before re-enabling never count toward the next auto-disable.
+            next.marks.resumed_at_ms = Some(now_ms);
+        }
+    }
+    next.revision += 1;
+    next.updated_at_ms = now_ms;
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance::subscription;
+
+    fn outcome(success: bool) -> Outcome {
+        Outcome {
+            success,
+            error_class: (!success).then(|| "http_status".into()),
+            status_code: Some(if success { 200 } else { 500 }),
+            detail: String::new(),
+            duration_ms: 1,
+        }
+    }
+
+    #[test]
+    fn r_cp_5_a_successful_ping_activates_a_pending_subscription() {
+        let pending = subscription("t", "s");
+        assert_eq!(
+            pending.verification_state,
+            VerificationState::PendingVerification
+        );
+        let next = after_probe(&pending, ProbeKind::Ping, &outcome(true), 5);
+        assert_eq!(next.verification_state, VerificationState::Active);
+        assert_eq!(next.revision, pending.revision + 1);
+        let failed = after_probe(&pending, ProbeKind::Ping, &outcome(false), 5);
+        assert_eq!(
+            failed.verification_state,
+            VerificationState::PendingVerification
+        );
+        assert_eq!(
+            failed.marks.last_probe_error_class.as_deref(),
+            Some("http_status")
+        );
+    }
+
+    #[test]
+    fn r_cp_8_verify_re_enables_a_stopped_subscription_but_never_resumes_a_paused_one() {
+        let mut stopped = subscription("t", "s");
+        stopped.verification_state = VerificationState::Active;
+        stopped.enabled = false;
+        stopped.marks.disabled_reason = Some("failing for 120 h".into());
+        let next = after_probe(&stopped, ProbeKind::Verify, &outcome(true), 9);
+        assert!(next.enabled);
+        assert_eq!(next.marks.disabled_reason, None);
+        assert_eq!(next.id, stopped.id);
+        assert_eq!(next.secret, stopped.secret);
+
+        let mut paused = stopped.clone();
+        paused.paused = true;
+        let next = after_probe(&paused, ProbeKind::Verify, &outcome(true), 9);
+        assert!(!next.enabled && next.paused, "verify never resumes");
+        let pinged = after_probe(&stopped, ProbeKind::Ping, &outcome(true), 9);
+        assert!(!pinged.enabled, "ping does not re-enable");
+    }
+}

@@ -1,0 +1,257 @@
+//! One webhook attempt, shared by the engine's delivery workers and the control plane's probes
+//! (ping, verify), so a probe goes through the real delivery path (R-CP-5):
+//!
+//! - the request: POST of the raw payload with the headers of R-DI-5 and the signatures of
+//!   R-DI-12 (dual during a rotation overlap);
+//! - the client: a keep-alive pool per host, a per-attempt timeout (`timeout_ms`), no redirects
+//!   (a 3xx is a failure), the response body read up to a cap, and the destination check of
+//!   R-SEC-2 again on every address the name resolves to at connect time (DNS rebinding, R-DI-13);
+//! - the outcome: success is a 2xx within the timeout; anything else is classified.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use crate::destination::{refused_because, DestinationPolicy};
+use crate::model::SinkKind;
+use crate::signature::{headers as signature_headers, SigningKey};
+
+/// Most response-body bytes read from a destination; the rest is dropped unread.
+pub const MAX_RESPONSE_BODY: usize = 4096;
+
+/// The signing keys of one attempt: the current secret, and the previous one during a rotation
+/// overlap.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    pub current: SigningKey,
+    pub previous: Option<SigningKey>,
+}
+
+/// What one attempt sends. Borrowed: the worker owns the event, the probe its synthetic body.
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    pub endpoint: &'a str,
+    /// `ce-id`: stable across attempts (`X-Lerian-Event-Id`, `webhook-id`).
+    pub event_id: Uuid,
+    /// `<resource>.<event>`, without the producer.
+    pub event_key: &'a str,
+    pub source: &'a str,
+    pub tenant: &'a str,
+    pub schema_version: &'a str,
+    /// `ce-datacontenttype`, default `application/json`.
+    pub content_type: Option<&'a str>,
+    pub body: Bytes,
+    pub timeout: Duration,
+    /// The attempt's clock (Unix seconds), signed into the request.
+    pub unix_s: i64,
+}
+
+/// How an attempt ended, classified for retries, health and probe answers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Outcome {
+    pub success: bool,
+    /// `None` on success; else `timeout`, `connection_failed`, `tls_error`, `http_status`,
+    /// `redirect`, `destination_not_allowed`, `invalid_endpoint` or `request_failed`.
+    pub error_class: Option<String>,
+    pub status_code: Option<u16>,
+    /// A short human description; never a secret, never more than a bounded response prefix.
+    pub detail: String,
+    pub duration_ms: u64,
+}
+
+impl Outcome {
+    fn failed(class: &str, status: Option<u16>, detail: impl Into<String>, took: Duration) -> Self {
+        Self {
+            success: false,
+            error_class: Some(class.to_owned()),
+            status_code: status,
+            detail: detail.into(),
+            duration_ms: took.as_millis() as u64,
+        }
+    }
+}
+
+/// The webhook client: one per process, cheap to clone, pooled per host.
+#[derive(Debug, Clone)]
+pub struct WebhookClient {
+    http: reqwest::Client,
+    policy: Arc<DestinationPolicy>,
+}
+
+/// Resolves names and refuses any answer that R-SEC-2 forbids (unless the host is allow-listed),
+/// so the address connected to is the address checked.
+#[derive(Debug)]
+struct CheckedResolver {
+    policy: Arc<DestinationPolicy>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("destination not allowed: {0}")]
+struct NotAllowed(String);
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed = policy.allows_host(SinkKind::Webhook, &host);
+            if !allowed {
+                if let Some(why) = addrs.iter().find_map(|a| refused_because(a.ip())) {
+                    return Err(
+                        Box::new(NotAllowed(format!("{host} resolves to a {why} address")))
+                            as Box<dyn std::error::Error + Send + Sync>,
+                    );
+                }
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+impl WebhookClient {
+    pub fn new(policy: Arc<DestinationPolicy>) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(CheckedResolver {
+                policy: policy.clone(),
+            }))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .user_agent("lerian-streaming-hub")
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { http, policy })
+    }
+
+    /// Makes exactly one attempt (R-DI-4) and classifies it. Never panics, never returns an error:
+    /// every failure is an `Outcome`.
+    pub async fn send(&self, a: &Attempt<'_>, keys: &Keys) -> Outcome {
+        let started = Instant::now();
+        let url = match reqwest::Url::parse(a.endpoint) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+            _ => {
+                return Outcome::failed(
+                    "invalid_endpoint",
+                    None,
+                    "not an http(s) URL",
+                    started.elapsed(),
+                )
+            }
+        };
+        // An address literal never reaches the resolver: check it here (it cannot rebind).
+        if let Some(ip) = literal_ip(&url) {
+            let host = url.host_str().unwrap_or_default();
+            if let (Some(why), false) = (
+                refused_because(ip),
+                self.policy.allows_host(SinkKind::Webhook, host),
+            ) {
+                return Outcome::failed(
+                    "destination_not_allowed",
+                    None,
+                    format!("the destination is a {why} address"),
+                    started.elapsed(),
+                );
+            }
+        }
+        let event_id = a.event_id.to_string();
+        let mut req = self
+            .http
+            .post(url)
+            .timeout(a.timeout)
+            .header("content-type", a.content_type.unwrap_or("application/json"))
+            .header("X-Lerian-Event-Id", &event_id)
+            .header("X-Lerian-Delivery-Id", Uuid::now_v7().to_string())
+            .header("X-Lerian-Event-Type", a.event_key)
+            .header("X-Lerian-Event-Source", a.source)
+            .header("X-Lerian-Tenant-Id", a.tenant)
+            .header("X-Lerian-Schema-Version", a.schema_version);
+        for (name, value) in signature_headers(
+            &keys.current,
+            keys.previous.as_ref(),
+            &event_id,
+            a.unix_s,
+            &a.body,
+        ) {
+            req = req.header(name, value);
+        }
+        let resp = match req.body(a.body.clone()).send().await {
+            Ok(r) => r,
+            Err(e) => return classify_error(&e, started.elapsed()),
+        };
+        let status = resp.status();
+        let prefix = read_capped(resp).await;
+        let took = started.elapsed();
+        match status.as_u16() {
+            200..=299 => Outcome {
+                success: true,
+                error_class: None,
+                status_code: Some(status.as_u16()),
+                detail: String::new(),
+                duration_ms: took.as_millis() as u64,
+            },
+            300..=399 => Outcome::failed(
+                "redirect",
+                Some(status.as_u16()),
+                "redirects are not followed",
+                took,
+            ),
+            code => Outcome::failed("http_status", Some(code), prefix, took),
+        }
+    }
+}
+
+fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        url::Host::Domain(_) => None,
+    }
+}
+
+/// Reads at most [`MAX_RESPONSE_BODY`] bytes of a response as lossy text.
+async fn read_capped(mut resp: reqwest::Response) -> String {
+    let mut kept = Vec::new();
+    while kept.len() < MAX_RESPONSE_BODY {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = MAX_RESPONSE_BODY - kept.len();
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            _ => break,
+        }
+    }
+    // Short: the detail is for an operator's eye, not an archive of the response.
+    let text = String::from_utf8_lossy(&kept);
+    text.chars().take(256).collect()
+}
+
+fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<NotAllowed>().is_some() {
+            return Outcome::failed("destination_not_allowed", None, s.to_string(), took);
+        }
+        source = s.source();
+    }
+    let text = format!("{e:#}");
+    let class = if e.is_timeout() {
+        "timeout"
+    } else if text.contains("certificate") || text.contains("tls") || text.contains("TLS") {
+        "tls_error"
+    } else if e.is_connect() {
+        "connection_failed"
+    } else {
+        "request_failed"
+    };
+    Outcome::failed(class, None, short(&text), took)
+}
+
+fn short(text: &str) -> String {
+    text.chars().take(256).collect()
+}

@@ -1,0 +1,187 @@
+//! The two decisions a lane makes per job, as pure code: whether a job taken by the scheduler may
+//! start now (subscription state, breaker), and what follows an attempt (done, retry, dead
+//! letter). Time and randomness come in as arguments.
+
+use hub_control::model::{Subscription, VerificationState};
+use hub_control::webhook::Outcome;
+use rand::Rng;
+
+use super::breaker::{Admit, Breaker};
+use super::retry::{after_failure, is_last_attempt, AfterFailure, Curve};
+use crate::store::{AttemptRecord, JobRecord, Settled};
+
+/// What to do with a job a worker could take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Lease it and make one attempt.
+    Start,
+    /// Hold it without an attempt until then (open breaker; no attempt counted).
+    Defer(i64),
+    /// The subscription no longer wants deliveries (paused, deleted, not verified): drop it
+    /// (R-CP-11: pause cancels queued deliveries).
+    Cancel,
+    /// The hub stopped the subscription (auto-disable): keep it as a dead letter for replay.
+    Bury(&'static str),
+}
+
+/// The retry curve of a subscription (its override, or the default when absent or malformed).
+pub fn curve_of(sub: &Subscription) -> Curve {
+    Curve::from_override(sub.retry_schedule.as_deref())
+}
+
+/// Whether `job` may start at `now_ms`. The breaker is asked last, so a job that is not started
+/// for another reason never takes the breaker's single half-open probe.
+pub fn dispatch(
+    sub: Option<&Subscription>,
+    breaker: &mut Breaker,
+    job: &JobRecord,
+    now_ms: i64,
+) -> Dispatch {
+    let Some(sub) = sub.filter(|s| !s.deleted) else {
+        return Dispatch::Cancel;
+    };
+    if sub.paused || sub.verification_state != VerificationState::Active {
+        return Dispatch::Cancel;
+    }
+    if !sub.enabled {
+        return Dispatch::Bury("subscription stopped by the hub");
+    }
+    let last = is_last_attempt(&curve_of(sub), job.attempts + 1, job.received_at_ms, now_ms);
+    match breaker.admit(now_ms, last) {
+        Admit::Attempt | Admit::Probe => Dispatch::Start,
+        Admit::WaitUntil(t) => Dispatch::Defer(t),
+    }
+}
+
+/// What follows attempt number `job.attempts + 1`, started at `started_ms`, ended at `now_ms`.
+pub fn after_attempt(
+    job: &JobRecord,
+    curve: &Curve,
+    outcome: &Outcome,
+    started_ms: i64,
+    now_ms: i64,
+    rng: &mut impl Rng,
+) -> Settled {
+    let record = AttemptRecord {
+        at_ms: started_ms,
+        success: outcome.success,
+        error_class: outcome.error_class.clone(),
+        status_code: outcome.status_code,
+        detail: outcome.detail.clone(),
+        duration_ms: outcome.duration_ms,
+    };
+    if outcome.success {
+        return Settled::Delivered(record);
+    }
+    let n = job.attempts + 1;
+    match after_failure(curve, n, job.received_at_ms, started_ms, now_ms, rng) {
+        AfterFailure::RetryAt(t) => Settled::RetryAt(t, record),
+        AfterFailure::DeadLetter => Settled::DeadLetter {
+            reason: format!("attempts exhausted after {n}"),
+            attempt: Some(record),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::breaker::BreakerConfig;
+    use hub_control::store::conformance::subscription;
+    use rand::SeedableRng;
+    use uuid::Uuid;
+
+    fn job(attempts: u32, received: i64) -> JobRecord {
+        JobRecord {
+            id: 1,
+            lane: 0,
+            tenant: "t".into(),
+            subscription: Uuid::nil(),
+            event_id: Uuid::nil(),
+            event_seq: 1,
+            received_at_ms: received,
+            due_at_ms: received,
+            attempts,
+            starts: attempts,
+            last: None,
+        }
+    }
+
+    fn active() -> Subscription {
+        let mut s = subscription("t", "s");
+        s.verification_state = VerificationState::Active;
+        s
+    }
+
+    fn failed() -> Outcome {
+        Outcome {
+            success: false,
+            error_class: Some("http_status".into()),
+            status_code: Some(500),
+            detail: String::new(),
+            duration_ms: 3,
+        }
+    }
+
+    #[test]
+    fn r_cp_11_paused_deleted_and_stopped_subscriptions_get_no_attempt() {
+        let mut b = Breaker::new(BreakerConfig::default());
+        let j = job(0, 0);
+        assert_eq!(dispatch(None, &mut b, &j, 0), Dispatch::Cancel);
+        let mut paused = active();
+        paused.paused = true;
+        paused.enabled = false;
+        assert_eq!(dispatch(Some(&paused), &mut b, &j, 0), Dispatch::Cancel);
+        let mut stopped = active();
+        stopped.enabled = false;
+        assert!(matches!(
+            dispatch(Some(&stopped), &mut b, &j, 0),
+            Dispatch::Bury(_)
+        ));
+        assert_eq!(dispatch(Some(&active()), &mut b, &j, 0), Dispatch::Start);
+    }
+
+    #[test]
+    fn r_di_9_open_breaker_defers_except_the_last_attempt() {
+        let mut b = Breaker::new(BreakerConfig::default());
+        for _ in 0..b.config.failures_to_open {
+            b.record(0, false);
+        }
+        let sub = active();
+        assert!(matches!(
+            dispatch(Some(&sub), &mut b, &job(1, 0), 1),
+            Dispatch::Defer(_)
+        ));
+        // The eighth attempt is the last: it runs even while the breaker is open.
+        assert_eq!(dispatch(Some(&sub), &mut b, &job(7, 0), 1), Dispatch::Start);
+    }
+
+    #[test]
+    fn r_di_6_failures_retry_then_dead_letter() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let curve = Curve::default();
+        match after_attempt(&job(0, 0), &curve, &failed(), 0, 10, &mut rng) {
+            Settled::RetryAt(t, r) => {
+                assert!(
+                    (10..=10 + 5_000).contains(&t),
+                    "second step is 5 s, jittered"
+                );
+                assert_eq!(r.status_code, Some(500));
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+        assert!(matches!(
+            after_attempt(&job(7, 0), &curve, &failed(), 0, 10, &mut rng),
+            Settled::DeadLetter { .. }
+        ));
+        let ok = Outcome {
+            success: true,
+            error_class: None,
+            ..failed()
+        };
+        assert!(matches!(
+            after_attempt(&job(3, 0), &curve, &ok, 0, 10, &mut rng),
+            Settled::Delivered(_)
+        ));
+    }
+}

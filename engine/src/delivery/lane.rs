@@ -1,0 +1,544 @@
+//! A shard's delivery lane: pages due jobs of its lanes from the store (per tenant, so a cold
+//! tenant is never behind a hot tenant's backlog), feeds them to the tenant-fair scheduler,
+//! leases the ones a worker may start, makes one attempt each and settles the outcomes — outcomes
+//! and new leases of a round in one store step.
+//!
+//! The lane runs on its shard; store steps and attempts run on the tokio side through the bridge
+//! (the webhook client is the control plane's, so probes take the same path). Decisions are the
+//! pure functions of `decide`, `fairness`, `retry`, `breaker` and `autodisable`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::{select, Either};
+use futures::stream::{FuturesUnordered, StreamExt};
+use hub_control::model::Subscription;
+use hub_control::secrets::Keyring;
+use hub_control::service::binding;
+use hub_control::signature::SigningKey;
+use hub_control::store::ControlStore;
+use hub_control::webhook::{Attempt, Keys, Outcome, WebhookClient};
+use rand::SeedableRng;
+
+use super::autodisable::{Policy, Streak};
+use super::breaker::{Breaker, BreakerConfig};
+use super::decide::{after_attempt, curve_of, dispatch, Dispatch};
+use super::fairness::{weight_of, Due, Scheduler};
+use super::follow::Subscriptions;
+use crate::runtime::{shard_sleep, TokioBridge};
+use crate::store::{
+    DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, Store, StoreError,
+};
+
+/// How a lane works; defaults match R-DI-2 and R-DI-8.
+#[derive(Debug, Clone)]
+pub struct LaneConfig {
+    /// Concurrent attempts of this shard (R-DI-2: 8).
+    pub workers: u32,
+    /// The store lanes this shard pages.
+    pub lanes: Vec<Lane>,
+    /// How long a started attempt holds its job before another start may recover it.
+    pub lease_ms: i64,
+    /// Started attempts without an outcome before a job is dead-lettered as poison (R-DI-8: 5).
+    pub recovery_limit: u32,
+    /// Most jobs held in memory by the scheduler (bounded memory: the rest wait in the store).
+    pub held_max: usize,
+    /// Most jobs of one tenant per page.
+    pub per_tenant: usize,
+    /// How often the store is asked for due jobs when nothing wakes the lane (retries coming due).
+    pub poll: Duration,
+    pub breaker: BreakerConfig,
+    pub autodisable: Policy,
+}
+
+impl Default for LaneConfig {
+    fn default() -> Self {
+        Self {
+            workers: 8,
+            lanes: vec![0],
+            lease_ms: 120_000,
+            recovery_limit: 5,
+            held_max: 1024,
+            per_tenant: 128,
+            poll: Duration::from_millis(200),
+            breaker: BreakerConfig::default(),
+            autodisable: Policy::default(),
+        }
+    }
+}
+
+/// Delivery counters of one engine (all lanes), for `/metrics` and the load test.
+#[derive(Debug, Default)]
+pub struct DeliveryCounters {
+    pub delivered: AtomicU64,
+    pub failed_attempts: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub deferred: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub auto_disabled: AtomicU64,
+}
+
+/// What a lane needs.
+#[derive(Clone, Debug)]
+pub struct DeliveryLane {
+    pub config: LaneConfig,
+    pub store: Arc<dyn Store>,
+    pub bridge: TokioBridge,
+    pub subs: Arc<Subscriptions>,
+    pub client: WebhookClient,
+    pub keyring: Arc<Keyring>,
+    pub control: Arc<dyn ControlStore>,
+    pub counters: Arc<DeliveryCounters>,
+    /// Nudged by ingest after a durable batch created jobs.
+    pub wake: async_channel::Receiver<()>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// A job a worker is attempting.
+struct InFlight {
+    job: JobRecord,
+    sub: Arc<Subscription>,
+    destination: String,
+}
+
+type AttemptDone = (u128, Outcome, i64);
+
+impl DeliveryLane {
+    /// Runs until `stop`, then lets attempts in flight finish and settles them.
+    pub async fn run(self) {
+        let mut lane = LaneState {
+            scheduler: Scheduler::new(self.config.workers),
+            held: HashMap::new(),
+            in_flight: HashMap::new(),
+            breakers: HashMap::new(),
+            settle: Vec::new(),
+            rotation: 0,
+            rng: rand::rngs::StdRng::from_entropy(),
+        };
+        let mut attempts: FuturesUnordered<
+            std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
+        > = FuturesUnordered::new();
+        let mut fetch = true;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let stopping = self.stop.load(Ordering::Acquire);
+            if stopping && attempts.is_empty() && lane.settle.is_empty() {
+                break;
+            }
+            if fetch && !stopping && lane.held.len() < self.config.held_max / 2 {
+                fetch = false;
+                match self.fetch(&mut lane).await {
+                    // A full page means more is due: ask again next round.
+                    Ok(full) => fetch = full,
+                    Err(e) => tracing::warn!(error = %e, "paging due jobs failed"),
+                }
+            }
+            let start = if stopping {
+                Vec::new()
+            } else {
+                self.choose(&mut lane, attempts.len())
+            };
+            if !lane.settle.is_empty() || !start.is_empty() {
+                match self.step(&mut lane, start.clone()).await {
+                    Ok(started) => {
+                        backoff = Duration::from_millis(50);
+                        for s in started {
+                            attempts.push(Box::pin(self.attempt(&mut lane, s)));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "delivery step not durable; retrying");
+                        for id in start {
+                            lane.release(id);
+                        }
+                        shard_sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
+            }
+            // Wait for an attempt to finish, a nudge from ingest, or the poll.
+            let woken = {
+                let next_done = async {
+                    if attempts.is_empty() {
+                        futures::future::pending::<Option<AttemptDone>>().await
+                    } else {
+                        attempts.next().await
+                    }
+                };
+                let nudge = async {
+                    let _ = self.wake.recv().await;
+                };
+                let poll = shard_sleep(self.config.poll);
+                futures::pin_mut!(next_done, nudge, poll);
+                match select(next_done, select(nudge, poll)).await {
+                    Either::Left((done, _)) => {
+                        if let Some(d) = done {
+                            self.finished(&mut lane, d);
+                        }
+                        false
+                    }
+                    Either::Right(_) => true,
+                }
+            };
+            fetch |= woken;
+            // Collect every other attempt already finished, to settle them in one step.
+            while let Some(Some(d)) = futures::FutureExt::now_or_never(attempts.next()) {
+                self.finished(&mut lane, d);
+            }
+        }
+    }
+
+    /// Pages due jobs into the scheduler; true when the page was full.
+    async fn fetch(&self, lane: &mut LaneState) -> Result<bool, StoreError> {
+        let room = self.config.held_max.saturating_sub(lane.held.len());
+        let skip: HashSet<u128> = lane
+            .held
+            .keys()
+            .chain(lane.in_flight.keys())
+            .copied()
+            .collect();
+        let (store, lanes, per_tenant) = (
+            self.store.clone(),
+            self.config.lanes.clone(),
+            self.config.per_tenant,
+        );
+        lane.rotation = lane.rotation.wrapping_add(1);
+        let rotation = lane.rotation;
+        let now = crate::clock::now_ms();
+        let skip = Arc::new(skip);
+        let jobs = self
+            .bridge
+            .call(async move {
+                store
+                    .due_jobs(lanes, now, per_tenant, room, rotation, skip)
+                    .await
+            })
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))??;
+        let full = jobs.len() == room && room > 0;
+        for job in jobs {
+            let sub = self.subs.get(&job.tenant, job.subscription);
+            let destination = sub
+                .as_ref()
+                .and_then(|s| s.endpoint.clone())
+                .unwrap_or_default();
+            let weight = weight_of(sub.as_ref().and_then(|s| s.plan_tier.as_deref()));
+            lane.scheduler.push(
+                &job.tenant,
+                weight,
+                Due {
+                    job: job.id,
+                    destination,
+                },
+            );
+            lane.held.insert(job.id, job);
+        }
+        Ok(full)
+    }
+
+    /// Takes jobs for free workers; returns the ones to lease (the rest are settled now).
+    fn choose(&self, lane: &mut LaneState, busy: usize) -> Vec<u128> {
+        let mut start = Vec::new();
+        let now = crate::clock::now_ms();
+        while busy + start.len() < self.config.workers as usize {
+            let Some((_, due)) = lane.scheduler.take_next() else {
+                break;
+            };
+            let Some(job) = lane.held.remove(&due.job) else {
+                lane.scheduler.done(&due.destination);
+                continue;
+            };
+            let sub = self.subs.get(&job.tenant, job.subscription);
+            let breaker = lane
+                .breakers
+                .entry((job.tenant.clone(), due.destination.clone()))
+                .or_insert_with(|| Breaker::new(self.config.breaker));
+            let settled = match dispatch(sub.as_deref(), breaker, &job, now) {
+                Dispatch::Start => match sub {
+                    Some(sub) => {
+                        start.push(job.id);
+                        let destination = due.destination;
+                        lane.in_flight.insert(
+                            job.id,
+                            InFlight {
+                                sub,
+                                destination,
+                                job,
+                            },
+                        );
+                        continue;
+                    }
+                    None => Settled::Cancelled,
+                },
+                Dispatch::Defer(t) => {
+                    self.counters.deferred.fetch_add(1, Ordering::Relaxed);
+                    Settled::Deferred(t)
+                }
+                Dispatch::Cancel => {
+                    self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                    Settled::Cancelled
+                }
+                Dispatch::Bury(reason) => {
+                    self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    Settled::DeadLetter {
+                        reason: reason.into(),
+                        attempt: None,
+                    }
+                }
+            };
+            lane.scheduler.done(&due.destination);
+            lane.settle.push(Settlement {
+                job: job.id,
+                settled,
+            });
+        }
+        start
+    }
+
+    /// Records the round's outcomes and leases `start` in one store step; returns what started.
+    async fn step(
+        &self,
+        lane: &mut LaneState,
+        start: Vec<u128>,
+    ) -> Result<Vec<Started>, StoreError> {
+        let now = crate::clock::now_ms();
+        let step = DeliveryStep {
+            settle: std::mem::take(&mut lane.settle),
+            start,
+            lease_until_ms: now + self.config.lease_ms,
+            now_ms: now,
+            recovery_limit: self.config.recovery_limit,
+        };
+        let kept = step.settle.clone();
+        let store = self.store.clone();
+        let result = self
+            .bridge
+            .call(async move { store.delivery_step(step).await })
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))
+            .and_then(|r| r);
+        let outcome = match result {
+            Ok(o) => o,
+            Err(e) => {
+                lane.settle = kept;
+                return Err(e);
+            }
+        };
+        for id in &outcome.poisoned {
+            self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            lane.release(*id);
+        }
+        for (tenant, id, streak) in outcome.streaks {
+            self.check_autodisable(tenant, id, streak, now);
+        }
+        Ok(outcome.started)
+    }
+
+    /// One attempt on the tokio side: opens the secret in memory, signs and sends.
+    fn attempt(
+        &self,
+        lane: &mut LaneState,
+        started: Started,
+    ) -> impl std::future::Future<Output = AttemptDone> + 'static {
+        let id = started.job.id;
+        let sub = lane.in_flight.get_mut(&id).map(|f| {
+            f.job = started.job;
+            f.sub.clone()
+        });
+        let (client, keyring) = (self.client.clone(), self.keyring.clone());
+        let reply = sub.map(|sub| {
+            self.bridge.call(async move {
+                let begun = crate::clock::now_ms();
+                let outcome = attempt_webhook(&client, &keyring, &sub, &started.event, begun).await;
+                (outcome, begun)
+            })
+        });
+        async move {
+            match reply {
+                Some(reply) => match reply.await {
+                    Ok((outcome, begun)) => (id, outcome, begun),
+                    Err(_) => (id, no_answer(), crate::clock::now_ms()),
+                },
+                None => (id, no_answer(), crate::clock::now_ms()),
+            }
+        }
+    }
+
+    /// Turns a finished attempt into a settlement for the next step.
+    fn finished(&self, lane: &mut LaneState, (id, outcome, started_ms): AttemptDone) {
+        let Some(f) = lane.in_flight.remove(&id) else {
+            return;
+        };
+        lane.scheduler.done(&f.destination);
+        let now = crate::clock::now_ms();
+        if let Some(b) = lane
+            .breakers
+            .get_mut(&(f.job.tenant.clone(), f.destination.clone()))
+        {
+            b.record(now, outcome.success);
+        }
+        let settled = after_attempt(
+            &f.job,
+            &curve_of(&f.sub),
+            &outcome,
+            started_ms,
+            now,
+            &mut lane.rng,
+        );
+        let c = &self.counters;
+        match &settled {
+            Settled::Delivered(_) => c.delivered.fetch_add(1, Ordering::Relaxed),
+            Settled::DeadLetter { .. } => {
+                c.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                c.dead_lettered.fetch_add(1, Ordering::Relaxed)
+            }
+            _ => c.failed_attempts.fetch_add(1, Ordering::Relaxed),
+        };
+        lane.settle.push(Settlement { job: id, settled });
+    }
+
+    /// Auto-disable (R-DI-10): a streak that passes both gates stops the subscription, unless
+    /// switched off. Failures before the last resume never count.
+    fn check_autodisable(&self, tenant: String, id: uuid::Uuid, streak: Streak, now: i64) {
+        let Some(sub) = self.subs.get(&tenant, id) else {
+            return;
+        };
+        let mut streak = streak;
+        if let (Some(resumed), Some(first)) = (sub.marks.resumed_at_ms, streak.first_failure_ms) {
+            if streak.last_failure_ms.is_some_and(|l| l < resumed) {
+                return;
+            }
+            streak.first_failure_ms = Some(first.max(resumed));
+        }
+        let Some(verdict) = streak.verdict(now, &self.config.autodisable) else {
+            return;
+        };
+        if !sub.enabled || sub.paused {
+            return;
+        }
+        self.counters.auto_disabled.fetch_add(1, Ordering::Relaxed);
+        let control = self.control.clone();
+        // Fire and forget: the follower brings the change back; a lost race is retried by the
+        // next failing step, since the streak stays.
+        self.bridge.spawn(async move {
+            for _ in 0..3 {
+                let Ok(Some(current)) = control.get(&tenant, id).await else {
+                    return;
+                };
+                if !current.enabled || current.paused {
+                    return;
+                }
+                let mut next = current.clone();
+                next.enabled = false;
+                next.marks.disabled_at_ms = Some(verdict.at_ms);
+                next.marks.disabled_reason = Some(verdict.reason.clone());
+                next.revision += 1;
+                next.updated_at_ms = crate::clock::now_ms();
+                match control.replace(&next, current.revision).await {
+                    Ok(()) => {
+                        tracing::warn!(tenant, subscription = %id, reason = verdict.reason, "subscription auto-disabled");
+                        return;
+                    }
+                    Err(hub_control::store::ControlStoreError::Conflict) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recording auto-disable failed");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The lane's memory: jobs held for the scheduler, attempts in flight, breakers, outcomes to
+/// record.
+struct LaneState {
+    scheduler: Scheduler,
+    held: HashMap<u128, JobRecord>,
+    in_flight: HashMap<u128, InFlight>,
+    breakers: HashMap<(String, String), Breaker>,
+    settle: Vec<Settlement>,
+    rotation: u64,
+    rng: rand::rngs::StdRng,
+}
+
+impl LaneState {
+    /// Forgets a job that will not start now (its lease was refused or not recorded): the store
+    /// still has it and a later page brings it back.
+    fn release(&mut self, id: u128) {
+        if let Some(f) = self.in_flight.remove(&id) {
+            self.scheduler.done(&f.destination);
+        }
+    }
+}
+
+fn no_answer() -> Outcome {
+    Outcome {
+        success: false,
+        error_class: Some("request_failed".into()),
+        status_code: None,
+        detail: "the attempt did not report back".into(),
+        duration_ms: 0,
+    }
+}
+
+/// One webhook attempt for a stored event: headers of R-DI-5, signatures of R-DI-12.
+pub async fn attempt_webhook(
+    client: &WebhookClient,
+    keyring: &Keyring,
+    sub: &Subscription,
+    event: &crate::store::StoredEvent,
+    now_ms: i64,
+) -> Outcome {
+    let keys = match signing_keys(keyring, sub) {
+        Ok(k) => k,
+        Err(why) => {
+            return Outcome {
+                success: false,
+                error_class: Some("secret_unavailable".into()),
+                status_code: None,
+                detail: why.into(),
+                duration_ms: 0,
+            }
+        }
+    };
+    let ev = &event.event;
+    let attempt = Attempt {
+        endpoint: sub.endpoint.as_deref().unwrap_or_default(),
+        event_id: ev.id,
+        event_key: &ev.key,
+        source: &ev.source,
+        tenant: &ev.tenant,
+        schema_version: &ev.schema_version,
+        content_type: ev.data_content_type.as_deref(),
+        body: Bytes::copy_from_slice(&ev.payload),
+        timeout: Duration::from_millis(u64::from(
+            sub.timeout_ms
+                .filter(|t| *t > 0)
+                .unwrap_or(hub_control::model::DEFAULT_TIMEOUT_MS),
+        )),
+        unix_s: now_ms / 1000,
+    };
+    client.send(&attempt, &keys).await
+}
+
+/// The subscription's signing key, decrypted in memory for this attempt only.
+pub fn signing_keys(keyring: &Keyring, sub: &Subscription) -> Result<Keys, &'static str> {
+    let sealed = sub
+        .secret
+        .as_ref()
+        .ok_or("the subscription has no signing secret")?;
+    let secret = keyring
+        .open(sealed, &binding(sub))
+        .map_err(|_| "the signing secret could not be opened")?;
+    let current =
+        SigningKey::from_secret(&secret.0).map_err(|_| "the signing secret is malformed")?;
+    Ok(Keys {
+        current,
+        previous: None,
+    })
+}

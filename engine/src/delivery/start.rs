@@ -1,0 +1,134 @@
+//! Starting delivery in an engine: the follower of the control plane's revision log (on tokio),
+//! one wake-up channel and one lane per shard, and the routing ingest uses to write jobs.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hub_control::service::Control;
+
+use super::autodisable::Policy;
+use super::follow::{follow, Subscriptions};
+use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig};
+use crate::config::{HubConfig, StoreKind};
+use crate::ingest::jobs::JobRouting;
+use crate::runtime::TokioBridge;
+use crate::store::{Lane, Store};
+
+/// Most lanes a store may hold; a shard pages every lane `l` with `l % shards == shard`.
+pub const MAX_LANES: Lane = 64;
+
+/// How often the follower reads the revision log (R-MA-3: changes within a second).
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
+/// A shard's lane and the routing its ingest stage writes jobs with.
+#[derive(Debug)]
+pub struct ShardLane {
+    pub lane: DeliveryLane,
+    pub routing: JobRouting,
+}
+
+/// Delivery of one engine, before its shards start.
+#[derive(Debug)]
+pub struct Delivery {
+    /// `None` when delivery does not run on this store.
+    pub routing: Option<JobRouting>,
+    pub counters: Arc<DeliveryCounters>,
+    wakes: Vec<async_channel::Receiver<()>>,
+    control: Arc<Control>,
+    lane: LaneConfig,
+    stop: Arc<AtomicBool>,
+}
+
+impl Delivery {
+    /// Starts following subscriptions and prepares one lane per shard.
+    pub fn start(
+        config: &HubConfig,
+        control: &Arc<Control>,
+        shards: usize,
+        tokio: &tokio::runtime::Runtime,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        let counters = Arc::new(DeliveryCounters::default());
+        let lane = LaneConfig {
+            workers: config.delivery_workers.max(1),
+            recovery_limit: config.recovery_limit.max(1),
+            poll: Duration::from_millis(config.delivery_poll_ms.max(10)),
+            autodisable: Policy {
+                enabled: config.autodisable_enabled,
+                ..Policy::default()
+            },
+            ..LaneConfig::default()
+        };
+        if config.store == StoreKind::Cql {
+            tracing::warn!("delivery is not built on the CQL store yet: events are stored, no jobs are created");
+            return Self {
+                routing: None,
+                counters,
+                wakes: Vec::new(),
+                control: control.clone(),
+                lane,
+                stop,
+            };
+        }
+        let subs = Arc::new(Subscriptions::default());
+        tokio.spawn(follow(
+            subs.clone(),
+            control.store.clone(),
+            FOLLOW_EVERY,
+            stop.clone(),
+        ));
+        let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
+            .map(|_| async_channel::bounded(1))
+            .unzip();
+        Self {
+            routing: Some(JobRouting {
+                subs,
+                wakes: senders,
+            }),
+            counters,
+            wakes,
+            control: control.clone(),
+            lane,
+            stop,
+        }
+    }
+
+    /// The auto-disable policy lanes apply (health reports it).
+    pub fn autodisable(&self) -> Policy {
+        self.lane.autodisable
+    }
+
+    /// One lane per shard (`None` everywhere when delivery is off).
+    pub fn lanes(&self, store: &Arc<dyn Store>, bridge: &TokioBridge) -> Vec<Option<ShardLane>> {
+        let Some(routing) = &self.routing else {
+            return (0..self.wakes.len().max(1)).map(|_| None).collect();
+        };
+        let shards = self.wakes.len() as Lane;
+        self.wakes
+            .iter()
+            .enumerate()
+            .map(|(i, wake)| {
+                let lanes = (0..MAX_LANES).filter(|l| l % shards == i as Lane).collect();
+                Some(ShardLane {
+                    lane: DeliveryLane {
+                        config: LaneConfig {
+                            lanes,
+                            ..self.lane.clone()
+                        },
+                        store: store.clone(),
+                        bridge: bridge.clone(),
+                        subs: routing.subs.clone(),
+                        client: self.control.webhooks.clone(),
+                        keyring: self.control.keyring.clone(),
+                        control: self.control.store.clone(),
+                        counters: self.counters.clone(),
+                        wake: wake.clone(),
+                        stop: self.stop.clone(),
+                    },
+                    routing: routing.clone(),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,252 @@
+//! The parts of `/v1` that read or change delivery state the engine's store keeps: dead letters
+//! (R-DI-8: listed and replayed per subscription) and health (R-CP-12). Same token, same tenant
+//! isolation and same error bodies as the control plane's routes: a subscription of another
+//! tenant is a 404.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use hub_control::auth::{Permission, Principal, TokenVerifier};
+use hub_control::error::ApiError;
+use hub_control::model::{rfc3339, Subscription, VerificationState};
+use hub_control::store::ControlStore;
+
+use crate::delivery::autodisable::Policy;
+use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, Store};
+
+/// What the delivery routes need.
+#[derive(Debug, Clone)]
+pub struct DeliveryApi {
+    pub store: Arc<dyn Store>,
+    pub control: Arc<dyn ControlStore>,
+    pub verifier: Arc<TokenVerifier>,
+    pub autodisable: Policy,
+}
+
+pub fn router(api: DeliveryApi) -> Router {
+    Router::new()
+        .route("/v1/subscriptions/{id}/dead-letters", get(list_dead))
+        .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
+        .route("/v1/subscriptions/{id}/health", get(health))
+        .with_state(Arc::new(api))
+}
+
+impl DeliveryApi {
+    /// The caller's subscription `id`, after the token and permission checks.
+    async fn subscription(
+        &self,
+        headers: &HeaderMap,
+        id: &str,
+        need: Permission,
+    ) -> Result<Subscription, ApiError> {
+        let header = headers
+            .get("authorization")
+            .map(|v| v.to_str())
+            .transpose()
+            .map_err(|_| ApiError::bad_request("the authorization header is not valid text"))?;
+        let who: Principal = self.verifier.verify(header)?;
+        who.require(need)?;
+        let id: Uuid = id.parse().map_err(|_| ApiError::not_found())?;
+        match self.control.get(&who.tenant, id).await {
+            Ok(Some(s)) if !s.deleted => Ok(s),
+            Ok(_) => Err(ApiError::not_found()),
+            Err(e) => Err(ApiError::unavailable(e.to_string())),
+        }
+    }
+}
+
+fn store_down(e: crate::store::StoreError) -> ApiError {
+    tracing::error!(error = %e, "delivery state read failed");
+    ApiError::unavailable("delivery state is unavailable; retry")
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Paging {
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+fn job_ref(id: u128) -> String {
+    format!("{id:032x}")
+}
+
+fn attempt_view(a: &AttemptRecord) -> Value {
+    let mut v = json!({
+        "at": rfc3339(a.at_ms),
+        "outcome": if a.success { "success" } else { "failure" },
+        "duration_ms": a.duration_ms,
+    });
+    if let Some(c) = &a.error_class {
+        v["error_class"] = c.clone().into();
+    }
+    if let Some(s) = a.status_code {
+        v["status_code"] = s.into();
+    }
+    if !a.detail.is_empty() {
+        v["detail"] = a.detail.clone().into();
+    }
+    v
+}
+
+fn dead_view(d: &DeadLetter) -> Value {
+    let mut v = json!({
+        "id": job_ref(d.job.id),
+        "event_id": d.job.event_id,
+        "seq": d.job.event_seq,
+        "reason": d.reason,
+        "attempts": d.job.attempts,
+        "received_at": rfc3339(d.job.received_at_ms),
+        "dead_at": rfc3339(d.dead_at_ms),
+    });
+    if let Some(a) = &d.job.last {
+        v["last_attempt"] = attempt_view(a);
+    }
+    v
+}
+
+/// `GET /v1/subscriptions/:id/dead-letters?cursor=&limit=`.
+async fn list_dead(
+    State(api): State<Arc<DeliveryApi>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<Paging>,
+) -> Response {
+    let sub = match api.subscription(&headers, &id, Permission::Get).await {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let cursor = match q.cursor.as_deref().map(|c| u128::from_str_radix(c, 16)) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(_)) => return ApiError::bad_request("cursor is malformed").into_response(),
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    match api
+        .store
+        .dead_letters(&sub.tenant, sub.id, cursor, limit)
+        .await
+    {
+        Ok((items, next)) => Json(json!({
+            "items": items.iter().map(dead_view).collect::<Vec<_>>(),
+            "next_cursor": next.map(job_ref),
+        }))
+        .into_response(),
+        Err(e) => store_down(e).into_response(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    /// Dead letters to replay; all of the subscription's when absent.
+    ids: Option<Vec<String>>,
+}
+
+/// `POST /v1/subscriptions/:id/dead-letters/replay` with an optional `{"ids": […]}`: the jobs get
+/// a fresh attempt budget and are due at once.
+async fn replay(
+    State(api): State<Arc<DeliveryApi>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let sub = match api.subscription(&headers, &id, Permission::Post).await {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let body: ReplayBody = if body.is_empty() {
+        ReplayBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(b) => b,
+            Err(e) => return ApiError::invalid(format!("body: {e}")).into_response(),
+        }
+    };
+    let ids = match body.ids {
+        None => None,
+        Some(ids) => match ids
+            .iter()
+            .map(|i| u128::from_str_radix(i, 16))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(ids) => Some(ids),
+            Err(_) => return ApiError::invalid("ids must be dead-letter ids").into_response(),
+        },
+    };
+    match api
+        .store
+        .replay_dead_letters(&sub.tenant, sub.id, ids, crate::clock::now_ms())
+        .await
+    {
+        Ok(n) => (StatusCode::OK, Json(json!({ "replayed": n }))).into_response(),
+        Err(e) => store_down(e).into_response(),
+    }
+}
+
+/// The status word of R-CP-12.
+pub fn status_of(sub: &Subscription, stats: &DeliveryStats) -> &'static str {
+    if sub.paused {
+        "Paused"
+    } else if !sub.enabled {
+        "Stopped"
+    } else if sub.verification_state == VerificationState::PendingVerification {
+        "Pending"
+    } else if stats.recent.last().is_some_and(|a| !a.success) {
+        "Failing"
+    } else {
+        "Healthy"
+    }
+}
+
+/// `GET /v1/subscriptions/:id/health`.
+async fn health(
+    State(api): State<Arc<DeliveryApi>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let sub = match api.subscription(&headers, &id, Permission::Get).await {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let stats = match api.store.delivery_stats(&sub.tenant, sub.id).await {
+        Ok(s) => s,
+        Err(e) => return store_down(e).into_response(),
+    };
+    let now = crate::clock::now_ms();
+    let window_start = stats.recent.first().map_or(now, |a| a.at_ms);
+    let verdict = stats.streak.verdict(now, &api.autodisable);
+    let mut auto = json!({
+        "enabled": api.autodisable.enabled,
+        "window_hours": api.autodisable.window_ms / 3_600_000,
+        "would_disable": verdict.is_some(),
+    });
+    if let Some(t) = stats.streak.first_failure_ms {
+        auto["streak_first_failure_at"] = rfc3339(t).into();
+    }
+    if let Some(t) = stats.streak.last_failure_ms {
+        auto["streak_last_failure_at"] = rfc3339(t).into();
+    }
+    if let Some(r) = &sub.marks.disabled_reason {
+        auto["disabled_reason"] = r.clone().into();
+    }
+    Json(json!({
+        "status": status_of(&sub, &stats),
+        "window_start": rfc3339(window_start),
+        "snapshot_at": rfc3339(now),
+        "recent_outcomes": stats.recent.iter().map(attempt_view).collect::<Vec<_>>(),
+        "delivered": stats.delivered,
+        "failed_attempts": stats.failed_attempts,
+        "dead_letters": stats.dead_letters,
+        "auto_disable": auto,
+    }))
+    .into_response()
+}

@@ -1,0 +1,156 @@
+//! What the store keeps for delivery: jobs (one per match, written with their event), their
+//! leases and outcomes, dead letters, and per-subscription delivery statistics (health and the
+//! auto-disable streak).
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::delivery::autodisable::Streak;
+
+/// Which shard's delivery lane owns a job: the shard that owned the event's partition when the
+/// job was created (DESIGN invariant 2). A shard pages every lane `l` with `l % shards == id`,
+/// so a restart with another shard count still reaches every job.
+pub type Lane = u32;
+
+/// A job's identity: the event and the subscription, so a replayed creation is the same job.
+pub fn job_id(event: Uuid, subscription: Uuid) -> u128 {
+    event.as_u128() ^ subscription.as_u128().rotate_left(64)
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: u128,
+    pub lane: Lane,
+    pub tenant: String,
+    pub subscription: Uuid,
+    pub event_id: Uuid,
+    pub event_seq: u64,
+    /// When the hub received the event (the 24-hour last-attempt rule counts from here).
+    pub received_at_ms: i64,
+    /// When the job is next due; while leased, when the lease lapses.
+    pub due_at_ms: i64,
+    /// Attempts with a recorded outcome.
+    pub attempts: u32,
+    /// Leases taken (attempts started). `starts - attempts` is how many started attempts never
+    /// recorded an outcome: recoveries (R-DI-8).
+    pub starts: u32,
+    pub last: Option<AttemptRecord>,
+}
+
+impl JobRecord {
+    /// Started attempts that never recorded an outcome (worker crash, lease lapsed).
+    pub fn recoveries(&self) -> u32 {
+        self.starts.saturating_sub(self.attempts)
+    }
+}
+
+/// The outcome of one attempt, as kept on the job, in dead letters and in health.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub at_ms: i64,
+    pub success: bool,
+    pub error_class: Option<String>,
+    pub status_code: Option<u16>,
+    pub detail: String,
+    pub duration_ms: u64,
+}
+
+/// What becomes of a job after a worker (or the scheduler) looked at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Delivered: the job is done.
+    Delivered(AttemptRecord),
+    /// Failed; try again at this time (counts an attempt).
+    RetryAt(i64, AttemptRecord),
+    /// Not attempted (open breaker); due again at this time, no attempt counted.
+    Deferred(i64),
+    /// No more attempts: kept as a dead letter with this reason.
+    DeadLetter {
+        reason: String,
+        attempt: Option<AttemptRecord>,
+    },
+    /// The subscription no longer wants it (paused, deleted): dropped, not dead-lettered.
+    Cancelled,
+}
+
+/// One job's settlement.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub job: u128,
+    pub settled: Settled,
+}
+
+/// One delivery step of a lane, applied atomically: record these outcomes, then lease these jobs.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryStep {
+    pub settle: Vec<Settlement>,
+    pub start: Vec<u128>,
+    /// When the leases of `start` lapse.
+    pub lease_until_ms: i64,
+    pub now_ms: i64,
+    /// A job whose started attempts lapsed this many times is dead-lettered as poison instead of
+    /// started again (R-DI-8).
+    pub recovery_limit: u32,
+}
+
+/// A leased job with its event, ready for one attempt.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub job: JobRecord,
+    pub event: super::StoredEvent,
+}
+
+/// What a delivery step did.
+#[derive(Debug, Clone, Default)]
+pub struct StepOutcome {
+    pub started: Vec<Started>,
+    /// Jobs dead-lettered as poison instead of being started.
+    pub poisoned: Vec<u128>,
+    /// Subscriptions whose failure streak now calls for auto-disable, with the streak.
+    pub streaks: Vec<(String, Uuid, Streak)>,
+}
+
+/// A dead-lettered job (R-DI-8): no more attempts; listed and replayed per subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub job: JobRecord,
+    pub reason: String,
+    pub dead_at_ms: i64,
+}
+
+/// Delivery statistics of one subscription: recent outcomes, totals, the open failure streak.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryStats {
+    /// Newest last, at most [`RECENT_OUTCOMES`].
+    pub recent: Vec<AttemptRecord>,
+    pub delivered: u64,
+    pub failed_attempts: u64,
+    pub dead_letters: u64,
+    pub streak: Streak,
+}
+
+/// How many recent outcomes health keeps per subscription.
+pub const RECENT_OUTCOMES: usize = 20;
+
+impl DeliveryStats {
+    /// Counts one attempt's outcome; a success clears the failure streak (R-DI-10).
+    pub fn record(&mut self, attempt: &AttemptRecord) {
+        if attempt.success {
+            self.delivered += 1;
+            self.streak.success();
+        } else {
+            self.failed_attempts += 1;
+            self.streak.failure(attempt.at_ms);
+        }
+        self.recent.push(attempt.clone());
+        if self.recent.len() > RECENT_OUTCOMES {
+            let extra = self.recent.len() - RECENT_OUTCOMES;
+            self.recent.drain(..extra);
+        }
+    }
+}
+
+/// The jobs an ingest batch creates for one event: the matching subscriptions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Matches(pub Vec<Uuid>);
