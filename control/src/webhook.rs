@@ -53,8 +53,9 @@ pub struct Attempt<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub success: bool,
-    /// `None` on success; else `timeout`, `connection_failed`, `tls_error`, `http_status`,
-    /// `redirect`, `destination_not_allowed`, `invalid_endpoint` or `request_failed`.
+    /// `None` on success; else `timeout`, `connection_failed`, `connection_reset`, `tls_error`,
+    /// `http_status`, `redirect`, `destination_not_allowed`, `invalid_endpoint` or
+    /// `request_failed`.
     pub error_class: Option<String>,
     pub status_code: Option<u16>,
     /// A short human description; never a secret, never more than a bounded response prefix.
@@ -233,15 +234,26 @@ async fn read_capped(mut resp: reqwest::Response) -> String {
 
 fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
     let mut source: Option<&dyn std::error::Error> = Some(e);
+    let mut reset = false;
     while let Some(s) = source {
         if s.downcast_ref::<NotAllowed>().is_some() {
             return Outcome::failed("destination_not_allowed", None, s.to_string(), took);
         }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            reset |= matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe);
+        }
+        // hyper's words for a peer that closed the connection instead of answering.
+        reset |= s
+            .to_string()
+            .contains("connection closed before message completed");
         source = s.source();
     }
     let text = format!("{e:#}");
     let class = if e.is_timeout() {
         "timeout"
+    } else if reset {
+        "connection_reset"
     } else if text.contains("certificate") || text.contains("tls") || text.contains("TLS") {
         "tls_error"
     } else if e.is_connect() {

@@ -43,6 +43,15 @@ pub fn dispatch(
     if sub.paused || sub.verification_state != VerificationState::Active {
         return Dispatch::Cancel;
     }
+    // Resume delivers only events that reach the hub after it (R-CP-11): what was queued before
+    // the pause is cancelled whenever it comes due.
+    if sub
+        .marks
+        .resumed_at_ms
+        .is_some_and(|r| job.received_at_ms < r)
+    {
+        return Dispatch::Cancel;
+    }
     if !sub.enabled {
         return Dispatch::Bury("subscription stopped by the hub");
     }
@@ -139,6 +148,16 @@ mod tests {
             Dispatch::Bury(_)
         ));
         assert_eq!(dispatch(Some(&active()), &mut b, &j, 0), Dispatch::Start);
+        let mut resumed = active();
+        resumed.marks.resumed_at_ms = Some(10);
+        assert_eq!(
+            dispatch(Some(&resumed), &mut b, &job(0, 9), 20),
+            Dispatch::Cancel
+        );
+        assert_eq!(
+            dispatch(Some(&resumed), &mut b, &job(0, 10), 20),
+            Dispatch::Start
+        );
     }
 
     #[test]

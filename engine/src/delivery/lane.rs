@@ -123,6 +123,7 @@ impl DeliveryLane {
         > = FuturesUnordered::new();
         let mut fetch = true;
         let mut backoff = Duration::from_millis(50);
+        tracing::debug!(lanes = ?self.config.lanes, workers = self.config.workers, "delivery lane running");
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
             if stopping && attempts.is_empty() && lane.settle.is_empty() {
@@ -220,6 +221,9 @@ impl DeliveryLane {
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))??;
         let full = jobs.len() == room && room > 0;
+        if !jobs.is_empty() {
+            tracing::debug!(jobs = jobs.len(), "paged due jobs");
+        }
         for job in jobs {
             let sub = self.subs.get(&job.tenant, job.subscription);
             let destination = sub

@@ -2,5 +2,7 @@
 //! `scripts/services up`), checked through its store file and Kafka's committed offsets.
 
 mod catalog;
+mod delivery;
 mod ingest_kafka;
+mod receiver;
 mod support;

@@ -76,8 +76,21 @@ pub struct Engine {
 
 impl Engine {
     pub fn start(data_dir: &std::path::Path, group: &str, port: u16, backend: Backend) -> Engine {
+        Self::start_with(data_dir, group, port, backend, &[])
+    }
+
+    /// Starts with extra `STREAMING_HUB_*` settings.
+    pub fn start_with(
+        data_dir: &std::path::Path,
+        group: &str,
+        port: u16,
+        backend: Backend,
+        env: &[(&str, &str)],
+    ) -> Engine {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_streaming-hub"));
         backend.configure(&mut cmd);
+        cmd.env("STREAMING_HUB_LOG", "warn");
+        cmd.envs(env.iter().copied());
         let child = cmd
             .env("STREAMING_HUB_DATA_DIR", data_dir)
             .env("STREAMING_HUB_HTTP_ADDR", format!("127.0.0.1:{port}"))
@@ -87,7 +100,6 @@ impl Engine {
             .env("STREAMING_HUB_MAX_VALUE_BYTES", "65536")
             // The broker's minimum: a killed engine's partitions move on after 6 s, not 45.
             .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000")
-            .env("STREAMING_HUB_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
             .expect("engine binary starts");
@@ -142,6 +154,17 @@ impl Engine {
                     .and_then(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
             })
             .collect()
+    }
+}
+
+/// A test that fails mid-way must not leave its engine running (it would hold the test's output
+/// pipes open and the harness would wait forever).
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
