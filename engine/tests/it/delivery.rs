@@ -16,20 +16,20 @@ use crate::receiver::{Act, Receiver};
 use crate::support::*;
 
 /// Settings every delivery test runs with: loopback receivers allowed, a short poll.
-const ENV: &[(&str, &str)] = &[
+pub(crate) const ENV: &[(&str, &str)] = &[
     ("STREAMING_HUB_ALLOW_PRIVATE_HOSTS", "127.0.0.1"),
     ("STREAMING_HUB_DELIVERY_POLL_MS", "50"),
 ];
 
 /// The tenant's API, as a client of `/v1` would use it.
-struct Tenant {
+pub(crate) struct Tenant {
     http: String,
     token: String,
     client: reqwest::Client,
 }
 
 impl Tenant {
-    fn new(engine: &Engine, dir: &std::path::Path, tenant: &str) -> Tenant {
+    pub(crate) fn new(engine: &Engine, dir: &std::path::Path, tenant: &str) -> Tenant {
         Tenant {
             http: engine.http.clone(),
             token: token(dir, tenant, &["subscriptions:get", "subscriptions:post"]),
@@ -37,7 +37,7 @@ impl Tenant {
         }
     }
 
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.http);
         let mut req = match method {
             "GET" => self.client.get(url),
@@ -56,7 +56,12 @@ impl Tenant {
     }
 
     /// Creates a webhook subscription and pings it active; returns (id, secret).
-    async fn active_webhook(&self, name: &str, endpoint: &str, extra: Value) -> (String, String) {
+    pub(crate) async fn active_webhook(
+        &self,
+        name: &str,
+        endpoint: &str,
+        extra: Value,
+    ) -> (String, String) {
         let mut body = json!({"name": name, "sink_kind": "webhook", "endpoint": endpoint});
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
@@ -76,7 +81,7 @@ impl Tenant {
     }
 }
 
-fn event_headers(tenant: &str, id: Uuid) -> Vec<(&'static str, String)> {
+pub(crate) fn event_headers(tenant: &str, id: Uuid) -> Vec<(&'static str, String)> {
     vec![
         ("ce-specversion", "1.0".into()),
         ("ce-id", id.to_string()),
@@ -95,41 +100,54 @@ fn event_headers(tenant: &str, id: Uuid) -> Vec<(&'static str, String)> {
 }
 
 /// Produces `n` events of `tenant` to `lerian.streaming.lender`; returns id → payload.
-async fn produce(tenant: &str, n: usize) -> HashMap<String, Vec<u8>> {
+pub(crate) async fn produce(tenant: &str, n: usize) -> HashMap<String, Vec<u8>> {
+    produce_over(&[tenant.to_owned()], n).await
+}
+
+/// Produces `n` events spread over `tenants` (in flights of 1,000 sends); returns id → payload.
+pub(crate) async fn produce_over(tenants: &[String], n: usize) -> HashMap<String, Vec<u8>> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", KAFKA)
         .set("linger.ms", "5")
         .create()
         .expect("producer");
     let mut sent = HashMap::new();
+    let mut flight = Vec::new();
     for i in 0..n {
         let id = Uuid::now_v7();
         let payload = format!(r#"{{"loan":{i},"amount":"{}.00"}}"#, 100 + i).into_bytes();
         let mut headers = OwnedHeaders::new();
-        for (k, v) in event_headers(tenant, id) {
+        for (k, v) in event_headers(&tenants[i % tenants.len()], id) {
             headers = headers.insert(Header {
                 key: k,
                 value: Some(v.as_bytes()),
             });
         }
         let key = id.to_string();
-        producer
-            .send(
-                FutureRecord::to("lerian.streaming.lender")
-                    .key(&key)
-                    .payload(&payload)
-                    .headers(headers),
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("produced");
-        sent.insert(key, payload);
+        sent.insert(key.clone(), payload.clone());
+        let producer = &producer;
+        flight.push(async move {
+            producer
+                .send(
+                    FutureRecord::to("lerian.streaming.lender")
+                        .key(&key)
+                        .payload(&payload)
+                        .headers(headers),
+                    Duration::from_secs(30),
+                )
+                .await
+                .expect("produced");
+        });
+        if flight.len() == 1000 {
+            futures::future::join_all(flight.drain(..)).await;
+        }
     }
+    futures::future::join_all(flight).await;
     sent
 }
 
 /// Polls `check` every 100 ms until it holds or `limit` passes.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if check() {

@@ -3,6 +3,7 @@
 
 mod catalog;
 mod delivery;
+mod delivery_load;
 mod ingest_kafka;
 mod receiver;
 mod support;

@@ -177,3 +177,99 @@ async fn read_request(
     body.truncate(len);
     Some((path, headers, body))
 }
+
+/// A keep-alive receiver for volume: answers 204 after a per-path delay, counts deliveries per
+/// (path, event id) and tracks how many requests each path holds at once.
+#[derive(Debug, Clone, Default)]
+pub struct Counter {
+    pub port: u16,
+    state: Arc<CounterState>,
+}
+
+#[derive(Debug, Default)]
+struct CounterState {
+    counts: Mutex<HashMap<(String, String), u32>>,
+    delays: Mutex<HashMap<String, Duration>>,
+    /// path → (in flight now, most at once, finished).
+    load: Mutex<HashMap<String, (u32, u32, u64)>>,
+}
+
+impl Counter {
+    pub async fn start() -> Counter {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let c = Counter {
+            port,
+            state: Arc::default(),
+        };
+        let state = c.state.clone();
+        let app = axum::Router::new().fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                let state = state.clone();
+                async move { state.receive(uri.path(), &headers).await }
+            },
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        c
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Every request to `path` waits `d` before its answer.
+    pub fn delay(&self, path: &str, d: Duration) {
+        self.state
+            .delays
+            .lock()
+            .expect("delays")
+            .insert(path.to_owned(), d);
+    }
+
+    /// Deliveries per (path, event id), pings left out.
+    pub fn counts(&self) -> HashMap<(String, String), u32> {
+        self.state.counts.lock().expect("counts").clone()
+    }
+
+    /// (most requests at once, requests finished) of `path`.
+    pub fn load(&self, path: &str) -> (u32, u64) {
+        let load = self.state.load.lock().expect("load");
+        load.get(path)
+            .map_or((0, 0), |(_, max, done)| (*max, *done))
+    }
+}
+
+impl CounterState {
+    async fn receive(&self, path: &str, headers: &axum::http::HeaderMap) -> axum::http::StatusCode {
+        let text = |n: &str| {
+            headers
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        {
+            let mut load = self.load.lock().expect("load");
+            let entry = load.entry(path.to_owned()).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.max(entry.0);
+        }
+        let delay = self.delays.lock().expect("delays").get(path).copied();
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        if text("x-lerian-event-type") != "destination.ping" {
+            *self
+                .counts
+                .lock()
+                .expect("counts")
+                .entry((path.to_owned(), text("x-lerian-event-id")))
+                .or_default() += 1;
+        }
+        let mut load = self.load.lock().expect("load");
+        let entry = load.entry(path.to_owned()).or_default();
+        entry.0 -= 1;
+        entry.2 += 1;
+        axum::http::StatusCode::NO_CONTENT
+    }
+}
