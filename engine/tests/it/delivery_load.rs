@@ -97,7 +97,7 @@ async fn r_di_3_a_slow_destination_takes_at_most_half_the_workers() {
         .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
 
-    let sent = produce_over(&[tenant.clone()], 80).await;
+    let sent = produce_over(std::slice::from_ref(&tenant), 80).await;
     assert!(
         eventually(Duration::from_secs(60), || receiver.load("/fast").1 >= 81).await,
         "the fast destination gets every event (and its ping)"
