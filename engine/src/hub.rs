@@ -101,7 +101,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         )
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone());
+    let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
     let api = Arc::new(ApiState {
         store: store.clone(),
         counters: all_counters,

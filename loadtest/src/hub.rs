@@ -49,6 +49,8 @@ impl Hub {
             .env("STREAMING_HUB_KAFKA_GROUP", spec.group)
             .env("STREAMING_HUB_KAFKA_METADATA_REFRESH_MS", "1000")
             .env("STREAMING_HUB_LOG", "warn")
+            // The receivers are this tool's, on loopback.
+            .env("STREAMING_HUB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
             .stdout(Stdio::null());
         if spec.store == StoreChoice::Cql {
             cmd.env("STREAMING_HUB_STORE", "cql")

@@ -3,12 +3,11 @@
 //! records become durable, measures the raw rdkafka consume rate of the same topic in the same run,
 //! checks the hub's counters exactly, and writes `report.json`, `report.md` and SVG plots.
 //!
-//! Webhook receivers and end-to-end latency join when delivery lands (issue 6).
 
 mod hub;
 mod kafka;
 mod machine;
-#[allow(dead_code)] // wired into runs when delivery lands (issue 6); tested on its own now
+mod deliver;
 mod receiver;
 mod report;
 mod run;

@@ -46,13 +46,16 @@ impl Default for Behaviour {
 pub struct Seen {
     pub deliveries: u64,
     pub bad_signatures: u64,
-    pub unique_events: std::collections::HashSet<String>,
+    /// `(receiver path, event id)` answered 2xx, pings left out.
+    pub unique_events: std::collections::HashSet<(String, String)>,
     pub per_tenant: HashMap<String, u64>,
 }
 
 #[derive(Clone)]
 struct Shared {
-    behaviours: Arc<HashMap<String, Behaviour>>,
+    behaviours: Arc<std::sync::RwLock<HashMap<String, Behaviour>>>,
+    /// Successful non-ping deliveries, for the progress sampler.
+    delivered: Arc<std::sync::atomic::AtomicU64>,
     seen: Arc<Mutex<Seen>>,
     latency_us: Arc<Mutex<Histogram<u64>>>,
 }
@@ -76,13 +79,26 @@ pub fn verify(secret: &str, id: &str, timestamp: &str, body: &[u8], signatures: 
     })
 }
 
+/// The producer's send time, written into every payload as `"sent_ms":<unix ms>`.
+fn sent_ms(body: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(body.get(..body.len().min(96))?).ok()?;
+    let rest = &text[text.find("\"sent_ms\":")? + 10..];
+    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
 async fn hook(
     State(s): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
-    let b = s.behaviours.get(&name).cloned().unwrap_or_default();
+    let b = s
+        .behaviours
+        .read()
+        .ok()
+        .and_then(|m| m.get(&name).cloned())
+        .unwrap_or_default();
     if !b.latency.is_zero() {
         tokio::time::sleep(b.latency).await;
     }
@@ -96,28 +112,43 @@ async fn hook(
             h("webhook-signature"),
         )
     });
-    // End-to-end latency: from the event's receipt at the hub (header, ms) to now.
-    let sent_ms: Option<i64> = h("x-lerian-received-at-ms").parse().ok();
-    if let Ok(mut seen) = s.seen.lock() {
-        seen.deliveries += 1;
-        if !signed {
+    if !signed {
+        if let Ok(mut seen) = s.seen.lock() {
+            seen.deliveries += 1;
             seen.bad_signatures += 1;
         }
-        seen.unique_events.insert(h("x-lerian-event-id").to_owned());
+        return StatusCode::UNAUTHORIZED;
+    }
+    // A destination that fails still answers the verification ping: it broke after it was
+    // verified, which is when a hub has to cope with it.
+    let ping = h("x-lerian-event-type") == "destination.ping";
+    if !ping && b.failure_rate > 0.0 && rand::thread_rng().gen_bool(b.failure_rate.min(1.0)) {
+        if let Ok(mut seen) = s.seen.lock() {
+            seen.deliveries += 1;
+        }
+        return StatusCode::from_u16(b.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    if ping {
+        return StatusCode::NO_CONTENT;
+    }
+    if let Ok(mut seen) = s.seen.lock() {
+        seen.deliveries += 1;
+        let fresh = seen
+            .unique_events
+            .insert((name.clone(), h("x-lerian-event-id").to_owned()));
+        if fresh {
+            s.delivered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         *seen
             .per_tenant
             .entry(h("x-lerian-tenant-id").to_owned())
             .or_default() += 1;
     }
-    if let (Some(sent), Ok(mut hist)) = (sent_ms, s.latency_us.lock()) {
+    // End-to-end latency: from the producer's send (in the payload) to now.
+    if let (Some(sent), Ok(mut hist)) = (sent_ms(&body), s.latency_us.lock()) {
         let now = crate::machine::unix_ms();
         let _ = hist.record(u64::try_from((now - sent).max(0) * 1000).unwrap_or(0));
-    }
-    if !signed {
-        return StatusCode::UNAUTHORIZED;
-    }
-    if b.failure_rate > 0.0 && rand::thread_rng().gen_bool(b.failure_rate.min(1.0)) {
-        return StatusCode::from_u16(b.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     }
     StatusCode::NO_CONTENT
 }
@@ -132,7 +163,8 @@ pub struct Receivers {
 impl Receivers {
     pub async fn start(behaviours: HashMap<String, Behaviour>) -> anyhow::Result<Self> {
         let shared = Shared {
-            behaviours: Arc::new(behaviours),
+            behaviours: Arc::new(std::sync::RwLock::new(behaviours)),
+            delivered: Arc::default(),
             seen: Arc::default(),
             latency_us: Arc::new(Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)),
         };
@@ -149,6 +181,18 @@ impl Receivers {
 
     pub fn url(&self, name: &str) -> String {
         format!("http://{}/hook/{name}", self.addr)
+    }
+
+    /// Sets how path `name` behaves (a new subscription's secret, its latency, its failures).
+    pub fn set(&self, name: &str, behaviour: Behaviour) {
+        if let Ok(mut m) = self.shared.behaviours.write() {
+            m.insert(name.to_owned(), behaviour);
+        }
+    }
+
+    /// The count of unique successful deliveries, shared with the progress sampler.
+    pub fn delivered_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.shared.delivered.clone()
     }
 
     pub fn seen<T>(&self, read: impl FnOnce(&Seen) -> T) -> Option<T> {

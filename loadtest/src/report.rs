@@ -22,6 +22,8 @@ pub struct Sample {
     /// Records whose offsets the hub committed (durable in its store).
     pub durable: u64,
     pub rss_kib: u64,
+    /// Unique (subscription, event) deliveries the receivers accepted so far.
+    pub delivered: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,6 +58,28 @@ pub struct HubFigures {
     pub store_phases: Vec<PhaseShare>,
 }
 
+/// What the receivers saw of a delivery run, next to the raw POST rate to the same receiver.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryFigures {
+    pub subscriptions: usize,
+    /// Unique (subscription, event) deliveries expected at the destinations that answer 2xx.
+    pub expected: u64,
+    pub unique_delivered: u64,
+    /// Every request the receivers got (retries to failing destinations included).
+    pub requests: u64,
+    pub bad_signatures: u64,
+    /// Unique deliveries per second, from the first to the last.
+    pub rate: f64,
+    pub seconds: f64,
+    /// End to end, producer send → webhook arrival: p50, p90, p99, p99.9, max (ms).
+    pub latency_ms: Option<[f64; 5]>,
+    /// The physical limit: a plain keep-alive client POSTing to the same receiver (32 clients,
+    /// same body size, 5 s), measured after the hub stopped.
+    pub raw_post_rate: f64,
+    /// Jobs still pending in the hub at the end (retries of failing destinations).
+    pub pending_jobs_end: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub what: String,
@@ -78,6 +102,7 @@ pub struct Report {
     pub produce_rate: f64,
     pub baseline: Baseline,
     pub hub: HubFigures,
+    pub delivery: Option<DeliveryFigures>,
     pub checks: Vec<Check>,
     pub timeline: Vec<Sample>,
 }
@@ -123,6 +148,12 @@ impl Report {
             name: "hub: records made durable per second",
             points: self.rates(|s| s.durable),
         }];
+        if self.delivery.is_some() {
+            series.push(Series {
+                name: "hub: unique webhook deliveries per second",
+                points: self.rates(|s| s.delivered),
+            });
+        }
         if self.scenario.mode == Mode::Steady {
             series.push(Series {
                 name: "load: records produced per second",
@@ -231,6 +262,35 @@ impl Report {
             self.hub.rss_kib_end as f64 / 1024.0,
             self.hub.rss_kib_peak as f64 / 1024.0
         );
+        if let Some(d) = &self.delivery {
+            let _ = writeln!(
+                md,
+                "| hub: Kafka → verified webhook | **{:.0} deliveries/s** over {:.1} s ({} of {} expected, {} subscriptions) |",
+                d.rate, d.seconds, d.unique_delivered, d.expected, d.subscriptions
+            );
+            let _ = writeln!(
+                md,
+                "| raw loopback POST rate to the same receiver (physical limit) | {:.0} POSTs/s |",
+                d.raw_post_rate
+            );
+            let _ = writeln!(
+                md,
+                "| deliveries ÷ raw POST rate | {:.2} |",
+                d.rate / d.raw_post_rate.max(1e-9)
+            );
+            if let Some([p50, p90, p99, p999, max]) = d.latency_ms {
+                let _ = writeln!(
+                    md,
+                    "| end-to-end latency (producer send → webhook arrival) | p50 {p50:.1} ms · p90 {p90:.1} ms · p99 {p99:.1} ms · p99.9 {p999:.1} ms · max {max:.1} ms |"
+                );
+            }
+            let _ = writeln!(
+                md,
+                "| receiver requests (retries included) / bad signatures | {} / {} |",
+                d.requests, d.bad_signatures
+            );
+            let _ = writeln!(md, "| jobs pending at the end | {} |", d.pending_jobs_end);
+        }
         let _ = writeln!(md, "\n![throughput](throughput.svg)\n\n![lag](lag.svg)\n");
         let _ = writeln!(
             md,

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::hub::{self, Hub, HubSpec, StoreChoice};
 use crate::kafka::{self, Budget, CommittedReader, ProducedCounts};
-use crate::report::{Baseline, Check, HubFigures, PhaseShare, Report, Sample};
+use crate::deliver::{self, Subscribed};
+use crate::receiver::Receivers;
+use crate::report::{Baseline, Check, DeliveryFigures, HubFigures, PhaseShare, Report, Sample};
 use crate::scenario::{Mode, Scenario};
 use crate::workload::Generator;
 
@@ -38,7 +40,13 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(reader: CommittedReader, produced: Arc<AtomicU64>, pid: u32, t0: Instant) -> Self {
+    fn start(
+        reader: CommittedReader,
+        produced: Arc<AtomicU64>,
+        delivered: Arc<AtomicU64>,
+        pid: u32,
+        t0: Instant,
+    ) -> Self {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let durable = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -57,6 +65,7 @@ impl Sampler {
                         produced: made,
                         durable: done,
                         rss_kib: rss,
+                        delivered: delivered.load(Ordering::Relaxed),
                     };
                     if let Ok(mut s) = samples.lock() {
                         s.push(sample);
@@ -64,9 +73,10 @@ impl Sampler {
                     if last_print.elapsed() >= Duration::from_secs(1) {
                         last_print = Instant::now();
                         eprintln!(
-                            "[loadtest] t={:>6.1}s produced={made:>9} durable={done:>9} lag={:>8} rss={:.0}MiB",
+                            "[loadtest] t={:>6.1}s produced={made:>9} durable={done:>9} lag={:>8} delivered={:>9} rss={:.0}MiB",
                             sample.t_s,
                             made.saturating_sub(done),
+                            sample.delivered,
                             rss as f64 / 1024.0
                         );
                     }
@@ -110,6 +120,62 @@ async fn wait_durable(sampler: &Sampler, total: u64, limit: Duration) -> anyhow:
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// Unique deliveries a run expects: every valid event at every destination that answers 2xx.
+fn expected(counts: &ProducedCounts, subscribed: Option<Subscribed>) -> u64 {
+    subscribed.map_or(0, |s| counts.valid * s.succeeding_destinations as u64)
+}
+
+async fn wait_delivered(delivered: &AtomicU64, expected: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    while delivered.load(Ordering::Relaxed) < expected {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the receivers got {} of {expected} deliveries within {DRAIN_LIMIT:?}",
+            delivered.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+fn delivery_figures(
+    r: &Receivers,
+    sub: Subscribed,
+    produced: &ProducedCounts,
+    samples: &[Sample],
+    counters: &BTreeMap<String, u64>,
+    raw_post_rate: f64,
+) -> DeliveryFigures {
+    let expected = expected(produced, Some(sub));
+    let first = samples.iter().find(|s| s.delivered > 0);
+    let done = samples.iter().find(|s| s.delivered >= expected);
+    let (rate, seconds) = match (first, done) {
+        (Some(a), Some(b)) if b.t_s > a.t_s => (
+            (b.delivered - a.delivered) as f64 / (b.t_s - a.t_s),
+            b.t_s - a.t_s,
+        ),
+        _ => (0.0, 0.0),
+    };
+    let (requests, bad_signatures, unique) = r
+        .seen(|s| (s.deliveries, s.bad_signatures, s.unique_events.len() as u64))
+        .unwrap_or_default();
+    DeliveryFigures {
+        subscriptions: sub.subscriptions,
+        expected,
+        unique_delivered: unique,
+        requests,
+        bad_signatures,
+        rate,
+        seconds,
+        latency_ms: r.latency_ms(),
+        raw_post_rate,
+        pending_jobs_end: counters
+            .get("streaming_hub_delivery_pending_jobs")
+            .copied()
+            .unwrap_or(0),
+    }
 }
 
 /// Produce as fast as Kafka takes it.
@@ -261,8 +327,44 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         port,
     };
 
+    let receivers = match &scenario.delivery {
+        Some(_) => Some(Receivers::start(Default::default()).await?),
+        None => None,
+    };
+    let delivered = receivers
+        .as_ref()
+        .map_or_else(Arc::default, Receivers::delivered_counter);
+    let tenants: Vec<String> = (0..scenario.tenants)
+        .map(|t| format!("{run_id}-t{t}"))
+        .collect();
+    let subscribe = |hub: &Hub| {
+        let url = hub.url.clone();
+        let (tenants, receivers) = (&tenants, &receivers);
+        let dir = data_dir.path().to_owned();
+        async move {
+            match (&scenario.delivery, receivers) {
+                (Some(spec), Some(r)) => {
+                    eprintln!("[loadtest] subscribing {} tenants", tenants.len());
+                    Ok::<_, anyhow::Error>(Some(
+                        deliver::subscribe(&url, &dir, tenants, spec, r).await?,
+                    ))
+                }
+                _ => Ok(None),
+            }
+        }
+    };
+    let mut subscribed = None;
+
     let (produced, produce_seconds, hub, samples, drain_after) = match scenario.mode {
         Mode::Backlog => {
+            if scenario.delivery.is_some() {
+                // Subscriptions first (through a hub that then stops), so the backlog's events
+                // find them when the measured hub starts.
+                let mut hub = Hub::start(&spec)?;
+                hub.wait_ready(Duration::from_secs(60)).await?;
+                subscribed = subscribe(&hub).await?;
+                hub.stop()?;
+            }
             eprintln!(
                 "[loadtest] producing {} records to {topic}",
                 scenario.records
@@ -282,8 +384,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let mut hub = Hub::start(&spec)?;
             hub.wait_ready(Duration::from_secs(60)).await?;
             let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
-            let sampler = Sampler::start(reader, acked.clone(), hub.pid(), t0);
+            let sampler = Sampler::start(reader, acked.clone(), delivered.clone(), hub.pid(), t0);
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
+            wait_delivered(&delivered, expected(&counts, subscribed)).await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
             (counts, produce_seconds, hub, sampler.finish(), None)
         }
@@ -292,7 +395,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let mut hub = Hub::start(&spec)?;
             hub.wait_ready(Duration::from_secs(60)).await?;
             let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
-            let sampler = Sampler::start(reader, acked.clone(), hub.pid(), t0);
+            let sampler = Sampler::start(reader, acked.clone(), delivered.clone(), hub.pid(), t0);
+            subscribed = subscribe(&hub).await?;
             // Warm-up: a few records, until the hub has joined the group and made them durable.
             let warm = u64::try_from(scenario.partitions).unwrap_or(1) * 10;
             let mut counts =
@@ -320,6 +424,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let end = Instant::now();
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
             let drain = end.elapsed().as_secs_f64();
+            wait_delivered(&delivered, expected(&counts, subscribed)).await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
             (counts, produce_seconds, hub, sampler.finish(), Some(drain))
         }
@@ -328,6 +433,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let counters = hub.metrics().await?;
     let (rss_end, rss_peak) = hub::rss_kib(hub.pid()).unwrap_or((0, 0));
     hub.stop()?;
+    let delivery = match (&receivers, subscribed) {
+        (Some(r), Some(sub)) => {
+            eprintln!("[loadtest] raw POST baseline against the receiver");
+            let raw_post_rate = crate::receiver::raw_post_rate(
+                &r.url("baseline"),
+                32,
+                Duration::from_secs(5),
+                scenario.payload_bytes,
+            )
+            .await?;
+            Some(delivery_figures(r, sub, &produced, &samples, &counters, raw_post_rate))
+        }
+        _ => None,
+    };
     eprintln!("[loadtest] raw consume baseline on {topic}");
     let (kafka_addr, topic_name, partitions, total) = (
         args.kafka.clone(),
@@ -374,10 +493,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             store_phases: phases(&counters),
             counters,
         },
+        delivery,
         checks: Vec::new(),
         timeline: samples,
     };
-    let checks = checks(&report.produced, &report.hub.counters, durable);
+    let mut checks = checks(&report.produced, &report.hub.counters, durable);
+    if let Some(d) = &report.delivery {
+        checks.push(Check {
+            what: "unique deliveries at 2xx destinations".into(),
+            expected: d.expected,
+            actual: d.unique_delivered,
+            ok: d.expected == d.unique_delivered,
+        });
+        checks.push(Check {
+            what: "deliveries with a bad signature".into(),
+            expected: 0,
+            actual: d.bad_signatures,
+            ok: d.bad_signatures == 0,
+        });
+    }
     kafka::delete_topics(&args.kafka, &[topic]).await?;
     Ok(Report { checks, ..report })
 }

@@ -65,6 +65,35 @@ pub struct Scenario {
     pub system_share: f64,
     /// Size of each valid event's JSON payload.
     pub payload_bytes: usize,
+    /// Deliver too: one webhook subscription per tenant and destination, to this tool's
+    /// receivers. Absent: an ingest-only run.
+    #[serde(default)]
+    pub delivery: Option<DeliverySpec>,
+}
+
+/// The destinations of a delivery run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverySpec {
+    pub destinations: Vec<Destination>,
+}
+
+/// One receiver path and how it behaves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Destination {
+    pub name: String,
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// Share of requests answered with `status` (1.0: a destination that always fails).
+    #[serde(default)]
+    pub failure_rate: f64,
+    #[serde(default = "default_status")]
+    pub status: u16,
+}
+
+fn default_status() -> u16 {
+    503
 }
 
 const BUILT_IN: &[(&str, &str)] = &[
@@ -74,6 +103,19 @@ const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("steady", include_str!("../scenarios/steady.toml")),
     ("burst", include_str!("../scenarios/burst.toml")),
+    (
+        "deliver-backlog",
+        include_str!("../scenarios/deliver-backlog.toml"),
+    ),
+    ("deliver-steady", include_str!("../scenarios/deliver-steady.toml")),
+    (
+        "slow-destination",
+        include_str!("../scenarios/slow-destination.toml"),
+    ),
+    (
+        "failing-destination",
+        include_str!("../scenarios/failing-destination.toml"),
+    ),
     ("hot-tenant", include_str!("../scenarios/hot-tenant.toml")),
 ];
 

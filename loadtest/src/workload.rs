@@ -139,7 +139,12 @@ impl Generator {
     }
 
     fn payload(&self) -> Vec<u8> {
-        let head = format!("{{\"n\":{},\"pad\":\"", self.produced);
+        // The send time lets the receivers measure end to end (producer → webhook).
+        let head = format!(
+            "{{\"n\":{},\"sent_ms\":{},\"pad\":\"",
+            self.produced,
+            crate::machine::unix_ms()
+        );
         let pad = self.payload_bytes.saturating_sub(head.len() + 2);
         let mut value = head.into_bytes();
         value.resize(value.len() + pad, b'x');

@@ -48,7 +48,7 @@ impl Delivery {
         shards: usize,
         tokio: &tokio::runtime::Runtime,
         stop: Arc<AtomicBool>,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let counters = Arc::new(DeliveryCounters::default());
         let lane = LaneConfig {
             workers: config.delivery_workers.max(1),
@@ -62,16 +62,21 @@ impl Delivery {
         };
         if config.store == StoreKind::Cql {
             tracing::warn!("delivery is not built on the CQL store yet: events are stored, no jobs are created");
-            return Self {
+            return Ok(Self {
                 routing: None,
                 counters,
                 wakes: Vec::new(),
                 control: control.clone(),
                 lane,
                 stop,
-            };
+            });
         }
         let subs = Arc::new(Subscriptions::default());
+        // The index is loaded before any shard ingests: an event ingested right after a restart
+        // must match the subscriptions that existed before it, or its jobs would be lost.
+        tokio
+            .block_on(subs.catch_up(&*control.store))
+            .map_err(|e| anyhow::anyhow!("loading subscriptions: {e}"))?;
         tokio.spawn(follow(
             subs.clone(),
             control.store.clone(),
@@ -81,7 +86,7 @@ impl Delivery {
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(1))
             .unzip();
-        Self {
+        Ok(Self {
             routing: Some(JobRouting {
                 subs,
                 wakes: senders,
@@ -91,7 +96,7 @@ impl Delivery {
             control: control.clone(),
             lane,
             stop,
-        }
+        })
     }
 
     /// The auto-disable policy lanes apply (health reports it).

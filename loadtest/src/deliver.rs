@@ -1,0 +1,99 @@
+//! The delivery side of a run: one webhook subscription per tenant and destination, created
+//! through the hub's `/v1` with a token signed by the hub's generated secret, each pointed at its
+//! own receiver path (so each has its own signing secret to verify) and pinged active.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::receiver::{Behaviour, Receivers};
+use crate::scenario::DeliverySpec;
+
+/// What was subscribed.
+#[derive(Debug, Clone, Copy)]
+pub struct Subscribed {
+    pub subscriptions: usize,
+    /// Destinations that answer 2xx (every event should reach each of them once).
+    pub succeeding_destinations: usize,
+}
+
+fn token(data_dir: &std::path::Path, tenant: &str) -> anyhow::Result<String> {
+    let secret = std::fs::read_to_string(data_dir.join("jwt-hs256.secret"))?;
+    let now = u64::try_from(crate::machine::unix_ms() / 1000)?;
+    hub_control::auth::mint_hs256(
+        secret.trim().as_bytes(),
+        &hub_control::auth::Mint {
+            issuer: "access-manager",
+            audience: "streaming-hub",
+            subject: "loadtest",
+            tenant,
+            permissions: &["subscriptions:get", "subscriptions:post"],
+            ttl_s: 3600,
+            now_s: now,
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("minting a token: {e}"))
+}
+
+/// Creates and activates every subscription of the run.
+pub async fn subscribe(
+    hub_url: &str,
+    data_dir: &std::path::Path,
+    tenants: &[String],
+    spec: &DeliverySpec,
+    receivers: &Receivers,
+) -> anyhow::Result<Subscribed> {
+    let client = reqwest::Client::new();
+    let mut subscriptions = 0;
+    for (t, tenant) in tenants.iter().enumerate() {
+        let token = token(data_dir, tenant)?;
+        for d in &spec.destinations {
+            let path = format!("{}-{t}", d.name);
+            let created: Value = client
+                .post(format!("{hub_url}/v1/subscriptions"))
+                .bearer_auth(&token)
+                .header("x-idempotency", uuid::Uuid::now_v7().to_string())
+                .json(&json!({
+                    "name": path,
+                    "sink_kind": "webhook",
+                    "endpoint": receivers.url(&path),
+                }))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let (Some(id), Some(secret)) = (created["id"].as_str(), created["secret"].as_str())
+            else {
+                anyhow::bail!("creating a subscription failed: {created}");
+            };
+            receivers.set(
+                &path,
+                Behaviour {
+                    latency: Duration::from_millis(d.latency_ms),
+                    failure_rate: d.failure_rate,
+                    status: d.status,
+                    secret: Some(secret.to_owned()),
+                },
+            );
+            let ping: Value = client
+                .post(format!("{hub_url}/v1/subscriptions/{id}/ping"))
+                .bearer_auth(&token)
+                .send()
+                .await?
+                .json()
+                .await?;
+            anyhow::ensure!(ping["outcome"] == "success", "ping of {path} failed: {ping}");
+            subscriptions += 1;
+        }
+    }
+    // The engine follows the control plane's revision log every 250 ms.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    Ok(Subscribed {
+        subscriptions,
+        succeeding_destinations: spec
+            .destinations
+            .iter()
+            .filter(|d| d.failure_rate < 1.0)
+            .count(),
+    })
+}
