@@ -82,7 +82,10 @@ pub async fn subscribe(
                 .await?
                 .json()
                 .await?;
-            anyhow::ensure!(ping["outcome"] == "success", "ping of {path} failed: {ping}");
+            anyhow::ensure!(
+                ping["outcome"] == "success",
+                "ping of {path} failed: {ping}"
+            );
             subscriptions += 1;
         }
     }

@@ -22,6 +22,7 @@ pub struct HubSpec<'a> {
     pub group: &'a str,
     pub data_dir: &'a Path,
     pub port: u16,
+    pub env: &'a [(String, String)],
 }
 
 pub struct Hub {
@@ -52,6 +53,7 @@ impl Hub {
             // The receivers are this tool's, on loopback.
             .env("STREAMING_HUB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
             .stdout(Stdio::null());
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         if spec.store == StoreChoice::Cql {
             cmd.env("STREAMING_HUB_STORE", "cql")
                 .env("STREAMING_HUB_CQL_NODES", spec.cql)

@@ -4,10 +4,10 @@
 //! checks the hub's counters exactly, and writes `report.json`, `report.md` and SVG plots.
 //!
 
+mod deliver;
 mod hub;
 mod kafka;
 mod machine;
-mod deliver;
 mod receiver;
 mod report;
 mod run;
@@ -25,7 +25,8 @@ use clap::Parser;
     about = "Load test the Streaming Hub and write a report"
 )]
 struct Cli {
-    /// A built-in scenario (ingest-backlog, steady, burst, hot-tenant) or a TOML file.
+    /// A built-in scenario (ingest-backlog, steady, burst, hot-tenant, deliver-backlog,
+    /// deliver-steady, slow-destination, failing-destination) or a TOML file.
     #[arg(long, default_value = "steady")]
     scenario: String,
     /// The store the hub runs on.
@@ -59,6 +60,10 @@ struct Cli {
     /// clients, 512-byte bodies, 5 s) against this tool's own webhook receiver, and exit.
     #[arg(long)]
     http_baseline: bool,
+    /// A hub setting for this run, `KEY=VALUE` (e.g. `STREAMING_HUB_DELIVERY_WORKERS=32`);
+    /// repeatable. The report's command line records it.
+    #[arg(long = "hub-env")]
+    hub_env: Vec<String>,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -110,6 +115,12 @@ async fn main() -> anyhow::Result<()> {
         hub_bin: cli.hub_bin.unwrap_or_else(hub::default_bin),
         seed: cli.seed,
         delete_other_topics: cli.delete_other_topics,
+        hub_env: cli
+            .hub_env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
         command,
     })
     .await?;

@@ -83,7 +83,9 @@ pub fn verify(secret: &str, id: &str, timestamp: &str, body: &[u8], signatures: 
 fn sent_ms(body: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(body.get(..body.len().min(96))?).ok()?;
     let rest = &text[text.find("\"sent_ms\":")? + 10..];
-    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
 
@@ -103,6 +105,10 @@ async fn hook(
         tokio::time::sleep(b.latency).await;
     }
     let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if h("x-lerian-event-id").is_empty() {
+        // Not the hub (the raw POST baseline): answered, not counted.
+        return StatusCode::NO_CONTENT;
+    }
     let signed = b.secret.as_deref().is_none_or(|secret| {
         verify(
             secret,

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::deliver::{self, Subscribed};
 use crate::hub::{self, Hub, HubSpec, StoreChoice};
 use crate::kafka::{self, Budget, CommittedReader, ProducedCounts};
-use crate::deliver::{self, Subscribed};
 use crate::receiver::Receivers;
 use crate::report::{Baseline, Check, DeliveryFigures, HubFigures, PhaseShare, Report, Sample};
 use crate::scenario::{Mode, Scenario};
@@ -28,6 +28,8 @@ pub struct RunArgs {
     pub hub_bin: PathBuf,
     pub seed: u64,
     pub delete_other_topics: bool,
+    /// Extra `STREAMING_HUB_*` settings for the hub.
+    pub hub_env: Vec<(String, String)>,
     pub command: String,
 }
 
@@ -325,6 +327,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         group: &group,
         data_dir: data_dir.path(),
         port,
+        env: &args.hub_env,
     };
 
     let receivers = match &scenario.delivery {
@@ -443,7 +446,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 scenario.payload_bytes,
             )
             .await?;
-            Some(delivery_figures(r, sub, &produced, &samples, &counters, raw_post_rate))
+            Some(delivery_figures(
+                r,
+                sub,
+                &produced,
+                &samples,
+                &counters,
+                raw_post_rate,
+            ))
         }
         _ => None,
     };

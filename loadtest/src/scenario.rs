@@ -107,7 +107,10 @@ const BUILT_IN: &[(&str, &str)] = &[
         "deliver-backlog",
         include_str!("../scenarios/deliver-backlog.toml"),
     ),
-    ("deliver-steady", include_str!("../scenarios/deliver-steady.toml")),
+    (
+        "deliver-steady",
+        include_str!("../scenarios/deliver-steady.toml"),
+    ),
     (
         "slow-destination",
         include_str!("../scenarios/slow-destination.toml"),

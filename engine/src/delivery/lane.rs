@@ -97,7 +97,7 @@ pub struct DeliveryLane {
     pub stop: Arc<AtomicBool>,
 }
 
-/// A job a worker is attempting.
+/// A job being leased, leased and waiting for a worker, or attempted.
 struct InFlight {
     job: JobRecord,
     sub: Arc<Subscription>,
@@ -115,6 +115,7 @@ impl DeliveryLane {
             in_flight: HashMap::new(),
             breakers: HashMap::new(),
             settle: Vec::new(),
+            ready: std::collections::VecDeque::new(),
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
         };
@@ -126,7 +127,7 @@ impl DeliveryLane {
         tracing::debug!(lanes = ?self.config.lanes, workers = self.config.workers, "delivery lane running");
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
-            if stopping && attempts.is_empty() && lane.settle.is_empty() {
+            if stopping && attempts.is_empty() && lane.ready.is_empty() && lane.settle.is_empty() {
                 break;
             }
             if fetch && !stopping && lane.held.len() < self.config.held_max / 2 {
@@ -140,15 +141,13 @@ impl DeliveryLane {
             let start = if stopping {
                 Vec::new()
             } else {
-                self.choose(&mut lane, attempts.len())
+                self.choose(&mut lane)
             };
             if !lane.settle.is_empty() || !start.is_empty() {
                 match self.step(&mut lane, start.clone()).await {
                     Ok(started) => {
                         backoff = Duration::from_millis(50);
-                        for s in started {
-                            attempts.push(Box::pin(self.attempt(&mut lane, s)));
-                        }
+                        lane.ready.extend(started);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "delivery step not durable; retrying");
@@ -160,6 +159,12 @@ impl DeliveryLane {
                         continue;
                     }
                 }
+            }
+            while attempts.len() < self.config.workers as usize {
+                let Some(s) = lane.ready.pop_front() else {
+                    break;
+                };
+                attempts.push(Box::pin(self.attempt(&mut lane, s)));
             }
             // Wait for an attempt to finish, a nudge from ingest, or the poll.
             let woken = {
@@ -186,9 +191,16 @@ impl DeliveryLane {
                 }
             };
             fetch |= woken;
-            // Collect every other attempt already finished, to settle them in one step.
+            // Collect every other attempt already finished, to settle them in one step; leased
+            // jobs waiting in `ready` take the freed workers at once, without a store round trip.
             while let Some(Some(d)) = futures::FutureExt::now_or_never(attempts.next()) {
                 self.finished(&mut lane, d);
+            }
+            while attempts.len() < self.config.workers as usize {
+                let Some(s) = lane.ready.pop_front() else {
+                    break;
+                };
+                attempts.push(Box::pin(self.attempt(&mut lane, s)));
             }
         }
     }
@@ -244,11 +256,18 @@ impl DeliveryLane {
         Ok(full)
     }
 
-    /// Takes jobs for free workers; returns the ones to lease (the rest are settled now).
-    fn choose(&self, lane: &mut LaneState, busy: usize) -> Vec<u128> {
+    /// Takes jobs for free workers and one round ahead; returns the ones to lease (the rest are
+    /// settled now).
+    ///
+    /// Leasing a round ahead (up to twice the workers leased at once) keeps workers busy while
+    /// the next store step is written: a finished attempt hands its worker to an already leased
+    /// job. The cost: a crash also counts a recovery for the at most `workers` jobs leased but
+    /// not yet started, far from the poison limit.
+    fn choose(&self, lane: &mut LaneState) -> Vec<u128> {
         let mut start = Vec::new();
         let now = crate::clock::now_ms();
-        while busy + start.len() < self.config.workers as usize {
+        let busy = lane.in_flight.len();
+        while busy + start.len() < 2 * self.config.workers as usize {
             let Some((_, due)) = lane.scheduler.take_next() else {
                 break;
             };
@@ -466,6 +485,8 @@ struct LaneState {
     in_flight: HashMap<u128, InFlight>,
     breakers: HashMap<(String, String), Breaker>,
     settle: Vec<Settlement>,
+    /// Leased jobs waiting for a free worker (at most one round ahead).
+    ready: std::collections::VecDeque<Started>,
     rotation: u64,
     rng: rand::rngs::StdRng,
 }
