@@ -119,6 +119,10 @@ const BUILT_IN: &[(&str, &str)] = &[
         "failing-destination",
         include_str!("../scenarios/failing-destination.toml"),
     ),
+    (
+        "pending-million",
+        include_str!("../scenarios/pending-million.toml"),
+    ),
     ("hot-tenant", include_str!("../scenarios/hot-tenant.toml")),
 ];
 

@@ -33,6 +33,9 @@ use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, Store, StoreError,
 };
 
+/// How many rounds of work a lane leases ahead of its workers (see `choose`).
+const LEASE_AHEAD: u32 = 8;
+
 /// How a lane works; defaults match R-DI-2 and R-DI-8.
 #[derive(Debug, Clone)]
 pub struct LaneConfig {
@@ -110,12 +113,15 @@ impl DeliveryLane {
     /// Runs until `stop`, then lets attempts in flight finish and settles them.
     pub async fn run(self) {
         let mut lane = LaneState {
-            scheduler: Scheduler::new(self.config.workers),
+            // The scheduler caps what a destination holds leased; `LaneState::next_ready` caps
+            // what it runs (half the workers, R-DI-3).
+            scheduler: Scheduler::new(self.config.workers * LEASE_AHEAD),
             held: HashMap::new(),
             in_flight: HashMap::new(),
             breakers: HashMap::new(),
             settle: Vec::new(),
             ready: std::collections::VecDeque::new(),
+            running: HashMap::new(),
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
         };
@@ -161,7 +167,7 @@ impl DeliveryLane {
                 }
             }
             while attempts.len() < self.config.workers as usize {
-                let Some(s) = lane.ready.pop_front() else {
+                let Some(s) = lane.next_ready(self.config.workers) else {
                     break;
                 };
                 attempts.push(Box::pin(self.attempt(&mut lane, s)));
@@ -197,7 +203,7 @@ impl DeliveryLane {
                 self.finished(&mut lane, d);
             }
             while attempts.len() < self.config.workers as usize {
-                let Some(s) = lane.ready.pop_front() else {
+                let Some(s) = lane.next_ready(self.config.workers) else {
                     break;
                 };
                 attempts.push(Box::pin(self.attempt(&mut lane, s)));
@@ -259,15 +265,15 @@ impl DeliveryLane {
     /// Takes jobs for free workers and one round ahead; returns the ones to lease (the rest are
     /// settled now).
     ///
-    /// Leasing a round ahead (up to twice the workers leased at once) keeps workers busy while
-    /// the next store step is written: a finished attempt hands its worker to an already leased
-    /// job. The cost: a crash also counts a recovery for the at most `workers` jobs leased but
-    /// not yet started, far from the poison limit.
+    /// Leasing ahead (up to `LEASE_AHEAD` × workers leased at once) keeps workers busy while the
+    /// next store step is written: a finished attempt hands its worker to an already leased job,
+    /// and one fsynced step leases many jobs. The cost: a crash also counts a recovery for the
+    /// jobs leased but not yet started (never a duplicate: they were not attempted).
     fn choose(&self, lane: &mut LaneState) -> Vec<u128> {
         let mut start = Vec::new();
         let now = crate::clock::now_ms();
         let busy = lane.in_flight.len();
-        while busy + start.len() < 2 * self.config.workers as usize {
+        while busy + start.len() < (LEASE_AHEAD * self.config.workers) as usize {
             let Some((_, due)) = lane.scheduler.take_next() else {
                 break;
             };
@@ -397,6 +403,9 @@ impl DeliveryLane {
             return;
         };
         lane.scheduler.done(&f.destination);
+        if let Some(n) = lane.running.get_mut(&f.destination) {
+            *n = n.saturating_sub(1);
+        }
         let now = crate::clock::now_ms();
         if let Some(b) = lane
             .breakers
@@ -485,8 +494,10 @@ struct LaneState {
     in_flight: HashMap<u128, InFlight>,
     breakers: HashMap<(String, String), Breaker>,
     settle: Vec<Settlement>,
-    /// Leased jobs waiting for a free worker (at most one round ahead).
+    /// Leased jobs waiting for a free worker, in the scheduler's order.
     ready: std::collections::VecDeque<Started>,
+    /// Attempts running per destination.
+    running: HashMap<String, u32>,
     rotation: u64,
     rng: rand::rngs::StdRng,
 }
@@ -494,6 +505,23 @@ struct LaneState {
 impl LaneState {
     /// Forgets a job that will not start now (its lease was refused or not recorded): the store
     /// still has it and a later page brings it back.
+    /// The first leased job whose destination runs fewer than half the workers (R-DI-3).
+    fn next_ready(&mut self, workers: u32) -> Option<Started> {
+        let cap = (workers / 2).max(1);
+        let in_flight = &self.in_flight;
+        let running = &self.running;
+        let i = self.ready.iter().position(|s| {
+            in_flight
+                .get(&s.job.id)
+                .is_none_or(|f| running.get(&f.destination).copied().unwrap_or(0) < cap)
+        })?;
+        let s = self.ready.remove(i)?;
+        if let Some(f) = self.in_flight.get(&s.job.id) {
+            *self.running.entry(f.destination.clone()).or_default() += 1;
+        }
+        Some(s)
+    }
+
     fn release(&mut self, id: u128) {
         if let Some(f) = self.in_flight.remove(&id) {
             self.scheduler.done(&f.destination);

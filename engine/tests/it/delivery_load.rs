@@ -65,10 +65,10 @@ async fn r_di_1_kill_9_during_delivery_loses_no_job() {
         "exactly the produced events, on every subscription"
     );
     let duplicates: u32 = counts.values().map(|n| n - 1).sum();
-    // In flight at a crash: per shard, `workers` attempts running plus `workers` finished whose
-    // outcome was not yet recorded (2 shards × 2 × 8).
+    // Repeated only what was leased at the crash (attempted, outcome not yet recorded): a lane
+    // leases at most 8 rounds of its 8 workers (2 shards × 64).
     assert!(
-        duplicates <= 32,
+        duplicates <= 128,
         "{duplicates} duplicates; {at_crash} delivered at the crash"
     );
     let m = engine.metrics().await;
