@@ -30,7 +30,7 @@ use super::fairness::{weight_of, Due, Scheduler};
 use super::follow::Subscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
-    DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, Store, StoreError,
+    DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
 };
 
 /// How many rounds of work a lane leases ahead of its workers (see `choose`).
@@ -109,6 +109,28 @@ struct InFlight {
 
 type AttemptDone = (u128, Outcome, i64);
 
+/// A store step being written.
+struct StepInFlight {
+    reply: std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                Output = Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>,
+            >,
+        >,
+    >,
+    /// Its outcomes, put back when it fails.
+    kept: Vec<Settlement>,
+    start: Vec<u128>,
+    now: i64,
+}
+
+/// What woke the lane.
+enum Woke {
+    Step(Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>),
+    Attempt(Option<AttemptDone>),
+    Timer,
+}
+
 impl DeliveryLane {
     /// Runs until `stop`, then lets attempts in flight finish and settles them.
     pub async fn run(self) {
@@ -128,86 +150,104 @@ impl DeliveryLane {
         let mut attempts: FuturesUnordered<
             std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
         > = FuturesUnordered::new();
+        // At most one store step in flight; attempts keep running (and finished ones keep
+        // handing their workers to leased jobs) while it is written.
+        let mut step: Option<StepInFlight> = None;
         let mut fetch = true;
         let mut backoff = Duration::from_millis(50);
         tracing::debug!(lanes = ?self.config.lanes, workers = self.config.workers, "delivery lane running");
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
-            if stopping && attempts.is_empty() && lane.ready.is_empty() && lane.settle.is_empty() {
+            if stopping
+                && step.is_none()
+                && attempts.is_empty()
+                && lane.ready.is_empty()
+                && lane.settle.is_empty()
+            {
                 break;
             }
-            if fetch && !stopping && lane.held.len() < self.config.held_max / 2 {
-                fetch = false;
-                match self.fetch(&mut lane).await {
-                    // A full page means more is due: ask again next round.
-                    Ok(full) => fetch = full,
-                    Err(e) => tracing::warn!(error = %e, "paging due jobs failed"),
-                }
-            }
-            let start = if stopping {
-                Vec::new()
-            } else {
-                self.choose(&mut lane)
-            };
-            if !lane.settle.is_empty() || !start.is_empty() {
-                match self.step(&mut lane, start.clone()).await {
-                    Ok(started) => {
-                        backoff = Duration::from_millis(50);
-                        lane.ready.extend(started);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "delivery step not durable; retrying");
-                        for id in start {
-                            lane.release(id);
-                        }
-                        shard_sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                        continue;
+            if step.is_none() {
+                if fetch && !stopping && lane.held.len() < self.config.held_max / 2 {
+                    fetch = false;
+                    match self.fetch(&mut lane).await {
+                        // A full page means more is due: ask again next round.
+                        Ok(full) => fetch = full,
+                        Err(e) => tracing::warn!(error = %e, "paging due jobs failed"),
                     }
                 }
+                let start = if stopping {
+                    Vec::new()
+                } else {
+                    self.choose(&mut lane)
+                };
+                if !lane.settle.is_empty() || !start.is_empty() {
+                    step = Some(self.begin_step(&mut lane, start));
+                }
             }
-            while attempts.len() < self.config.workers as usize {
-                let Some(s) = lane.next_ready(self.config.workers) else {
-                    break;
-                };
-                attempts.push(Box::pin(self.attempt(&mut lane, s)));
-            }
-            // Wait for an attempt to finish, a nudge from ingest, or the poll.
-            let woken = {
-                let next_done = async {
-                    if attempts.is_empty() {
-                        futures::future::pending::<Option<AttemptDone>>().await
-                    } else {
-                        attempts.next().await
-                    }
-                };
-                let nudge = async {
-                    let _ = self.wake.recv().await;
-                };
-                let poll = shard_sleep(self.config.poll);
-                futures::pin_mut!(next_done, nudge, poll);
-                match select(next_done, select(nudge, poll)).await {
-                    Either::Left((done, _)) => {
-                        if let Some(d) = done {
-                            self.finished(&mut lane, d);
-                        }
-                        false
-                    }
-                    Either::Right(_) => true,
+            self.refill(&mut lane, &mut attempts);
+            // Wait for the step, an attempt, a nudge from ingest, or the poll.
+            let next_done = async {
+                if attempts.is_empty() {
+                    futures::future::pending::<Option<AttemptDone>>().await
+                } else {
+                    attempts.next().await
                 }
             };
-            fetch |= woken;
+            let step_done = async {
+                match step.as_mut() {
+                    Some(s) => (&mut s.reply).await,
+                    None => futures::future::pending().await,
+                }
+            };
+            let nudge = async {
+                let _ = self.wake.recv().await;
+            };
+            let poll = shard_sleep(self.config.poll);
+            futures::pin_mut!(next_done, step_done, nudge, poll);
+            let event = match select(step_done, select(next_done, select(nudge, poll))).await {
+                Either::Left((written, _)) => Woke::Step(written),
+                Either::Right((Either::Left((done, _)), _)) => Woke::Attempt(done),
+                Either::Right((Either::Right(_), _)) => Woke::Timer,
+            };
+            match event {
+                Woke::Step(written) => {
+                    if let Some(s) = step.take() {
+                        match self.end_step(&mut lane, s, written) {
+                            Ok(()) => backoff = Duration::from_millis(50),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "delivery step not durable; retrying");
+                                shard_sleep(backoff).await;
+                                backoff = (backoff * 2).min(Duration::from_secs(5));
+                            }
+                        }
+                    }
+                }
+                Woke::Attempt(Some(d)) => self.finished(&mut lane, d),
+                Woke::Attempt(None) => {}
+                Woke::Timer => fetch = true,
+            }
             // Collect every other attempt already finished, to settle them in one step; leased
             // jobs waiting in `ready` take the freed workers at once, without a store round trip.
             while let Some(Some(d)) = futures::FutureExt::now_or_never(attempts.next()) {
                 self.finished(&mut lane, d);
             }
-            while attempts.len() < self.config.workers as usize {
-                let Some(s) = lane.next_ready(self.config.workers) else {
-                    break;
-                };
-                attempts.push(Box::pin(self.attempt(&mut lane, s)));
-            }
+            self.refill(&mut lane, &mut attempts);
+        }
+    }
+
+    /// Starts attempts for leased jobs while workers are free (R-DI-3 cap per destination).
+    fn refill(
+        &self,
+        lane: &mut LaneState,
+        attempts: &mut FuturesUnordered<
+            std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
+        >,
+    ) {
+        while attempts.len() < self.config.workers as usize {
+            let Some(s) = lane.next_ready(self.config.workers) else {
+                break;
+            };
+            attempts.push(Box::pin(self.attempt(lane, s)));
         }
     }
 
@@ -328,33 +368,47 @@ impl DeliveryLane {
         start
     }
 
-    /// Records the round's outcomes and leases `start` in one store step; returns what started.
-    async fn step(
-        &self,
-        lane: &mut LaneState,
-        start: Vec<u128>,
-    ) -> Result<Vec<Started>, StoreError> {
+    /// Sends the round's outcomes and the leases of `start` to the store as one step.
+    fn begin_step(&self, lane: &mut LaneState, start: Vec<u128>) -> StepInFlight {
         let now = crate::clock::now_ms();
         let step = DeliveryStep {
             settle: std::mem::take(&mut lane.settle),
-            start,
+            start: start.clone(),
             lease_until_ms: now + self.config.lease_ms,
             now_ms: now,
             recovery_limit: self.config.recovery_limit,
         };
         let kept = step.settle.clone();
         let store = self.store.clone();
-        let result = self
-            .bridge
-            .call(async move { store.delivery_step(step).await })
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
-            .and_then(|r| r);
-        let outcome = match result {
-            Ok(o) => o,
-            Err(e) => {
-                lane.settle = kept;
+        let reply = Box::pin(
+            self.bridge
+                .call(async move { store.delivery_step(step).await }),
+        );
+        StepInFlight {
+            reply,
+            kept,
+            start,
+            now,
+        }
+    }
+
+    /// Takes a written step in: leased jobs join `ready`; on failure the outcomes wait for the
+    /// next step and the leases are given up (the jobs come back with a later page).
+    fn end_step(
+        &self,
+        lane: &mut LaneState,
+        step: StepInFlight,
+        written: Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>,
+    ) -> Result<(), StoreError> {
+        let outcome = match written {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => {
+                self.undo_step(lane, step);
                 return Err(e);
+            }
+            Err(e) => {
+                self.undo_step(lane, step);
+                return Err(StoreError::Unavailable(e.to_string()));
             }
         };
         for id in &outcome.poisoned {
@@ -362,9 +416,19 @@ impl DeliveryLane {
             lane.release(*id);
         }
         for (tenant, id, streak) in outcome.streaks {
-            self.check_autodisable(tenant, id, streak, now);
+            self.check_autodisable(tenant, id, streak, step.now);
         }
-        Ok(outcome.started)
+        lane.ready.extend(outcome.started);
+        Ok(())
+    }
+
+    fn undo_step(&self, lane: &mut LaneState, step: StepInFlight) {
+        let mut kept = step.kept;
+        kept.append(&mut lane.settle);
+        lane.settle = kept;
+        for id in step.start {
+            lane.release(id);
+        }
     }
 
     /// One attempt on the tokio side: opens the secret in memory, signs and sends.
