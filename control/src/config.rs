@@ -148,6 +148,7 @@ impl ControlConfig {
                 timeout: Duration::from_millis(self.dns_timeout_ms),
             }),
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
+            events: std::sync::OnceLock::new(),
             idem,
             now_ms,
         };

@@ -18,6 +18,14 @@ use crate::signature::SigningKey;
 use crate::store::ControlStoreError;
 use crate::webhook::{Attempt, Keys, Outcome};
 
+/// The hub's own operational events (R-CP-5): CloudEvents with source `hub` for the
+/// subscription's tenant, through the same pipeline as producers' events, so a tenant subscribes
+/// to them like any other (`origin: hub`).
+pub trait HubEvents: Send + Sync + std::fmt::Debug {
+    /// Emits `key` (`destination.verified`, `destination.disabled`) about `sub`; fire and forget.
+    fn emit(&self, tenant: &str, key: &str, subscription: Uuid, detail: serde_json::Value);
+}
+
 /// Which probe a tenant asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeKind {
@@ -44,10 +52,14 @@ impl Control {
             .into();
         }
         let outcome = self.probe_webhook(&sub).await;
+        let was_pending = sub.verification_state == VerificationState::PendingVerification;
         let recorded = match self.record_probe(sub, kind, &outcome).await {
             Ok(s) => s,
             Err(e) => return e.into(),
         };
+        if was_pending && recorded.verification_state == VerificationState::Active {
+            self.verified(&recorded);
+        }
         let mut body = json!({
             "outcome": if outcome.success { "success" } else { "failure" },
             "verification_state": recorded.verification_state,
@@ -160,6 +172,77 @@ impl Control {
     }
 }
 
+/// First automatic probe of a pending webhook, after creation.
+pub const AUTO_PROBE_FIRST_MS: i64 = 60_000;
+/// The automatic probe interval doubles up to this.
+pub const AUTO_PROBE_MAX_MS: i64 = 3_600_000;
+
+/// When a pending, unpaused webhook is due for its automatic probe (R-CP-5), or `None` when it
+/// is not probed automatically.
+pub fn auto_probe_due(sub: &Subscription) -> Option<i64> {
+    let probed = sub.sink_kind == SinkKind::Webhook
+        && sub.verification_state == VerificationState::PendingVerification
+        && !sub.paused
+        && !sub.deleted;
+    probed.then(|| {
+        sub.marks
+            .next_verification_attempt_at_ms
+            .unwrap_or(sub.created_at_ms + AUTO_PROBE_FIRST_MS)
+    })
+}
+
+/// The subscription after an automatic probe: a success activates it like a ping; a failure
+/// records the probe and doubles the interval to the next one (1 minute, 2, 4 … capped at 1 h).
+pub fn after_auto_probe(current: &Subscription, outcome: &Outcome, now_ms: i64) -> Subscription {
+    let mut next = after_probe(current, ProbeKind::Ping, outcome, now_ms);
+    if !outcome.success {
+        let interval = current
+            .marks
+            .probe_interval_ms
+            .map_or(AUTO_PROBE_FIRST_MS, |i| (i * 2).min(AUTO_PROBE_MAX_MS));
+        next.marks.probe_interval_ms = Some(interval);
+        next.marks.next_verification_attempt_at_ms = Some(now_ms + interval);
+    }
+    next
+}
+
+impl Control {
+    /// Probes `sub` if its automatic probe is due at `now_ms`; returns whether it probed.
+    pub async fn auto_probe(&self, sub: &Subscription, now_ms: i64) -> bool {
+        if auto_probe_due(sub).is_none_or(|due| due > now_ms) {
+            return false;
+        }
+        // Probe the stored version, not a possibly stale copy.
+        let Ok(Some(current)) = self.store.get(&sub.tenant, sub.id).await else {
+            return false;
+        };
+        if auto_probe_due(&current).is_none_or(|due| due > now_ms) {
+            return false;
+        }
+        let outcome = self.probe_webhook(&current).await;
+        let next = after_auto_probe(&current, &outcome, (self.now_ms)());
+        // A concurrent change wins; the next round probes again if still due.
+        if self.store.replace(&next, current.revision).await.is_ok()
+            && next.verification_state == VerificationState::Active
+        {
+            self.verified(&next);
+        }
+        true
+    }
+
+    /// `hub.destination.verified`, unless the subscription is paused (R-CP-5).
+    fn verified(&self, sub: &Subscription) {
+        if let (Some(events), false) = (self.events.get(), sub.paused) {
+            events.emit(
+                &sub.tenant,
+                "destination.verified",
+                sub.id,
+                json!({"subscription_id": sub.id, "name": sub.name, "endpoint": sub.endpoint}),
+            );
+        }
+    }
+}
+
 /// The subscription after a probe (pure).
 pub fn after_probe(
     current: &Subscription,
@@ -231,6 +314,30 @@ mod tests {
             failed.marks.last_probe_error_class.as_deref(),
             Some("http_status")
         );
+    }
+
+    #[test]
+    fn r_cp_5_pending_webhooks_are_probed_after_a_minute_then_at_a_doubling_interval() {
+        let mut s = subscription("t", "s");
+        s.sink_kind = SinkKind::Webhook;
+        s.created_at_ms = 1_000;
+        assert_eq!(auto_probe_due(&s), Some(61_000));
+        let mut at = 61_000;
+        let mut intervals = Vec::new();
+        for _ in 0..8 {
+            s = after_auto_probe(&s, &outcome(false), at);
+            let next = auto_probe_due(&s).expect("still pending");
+            intervals.push((next - at) / 60_000);
+            at = next;
+        }
+        assert_eq!(intervals, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+        s = after_auto_probe(&s, &outcome(true), at);
+        assert_eq!(s.verification_state, VerificationState::Active);
+        assert_eq!(auto_probe_due(&s), None, "active: no more probes");
+        let mut paused = subscription("t", "p");
+        paused.sink_kind = SinkKind::Webhook;
+        paused.paused = true;
+        assert_eq!(auto_probe_due(&paused), None);
     }
 
     #[test]

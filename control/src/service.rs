@@ -124,6 +124,9 @@ pub struct Control {
     pub catalog: Arc<Catalog>,
     /// The webhook client probes use; the engine's delivery workers use the same one.
     pub webhooks: crate::webhook::WebhookClient,
+    /// Where the hub's own operational events go (`hub.destination.verified`, …): set by the
+    /// engine that runs this control plane in-process; unset, they are not emitted.
+    pub events: std::sync::OnceLock<Arc<dyn crate::probe::HubEvents>>,
     pub idem: IdemSettings,
     /// The clock (Unix ms), injected so tests control time.
     pub now_ms: fn() -> i64,

@@ -120,6 +120,13 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         observer: Some(catalog.clone()),
         routing: delivery.routing.clone(),
     });
+    let _ = control_service
+        .events
+        .set(Arc::new(crate::delivery::hub_events::PipelineEvents {
+            store: store.clone(),
+            routing: delivery.routing.clone(),
+            tokio: tokio.handle().clone(),
+        }));
     let listener = tokio
         .block_on(tokio::net::TcpListener::bind(config.http_addr))
         .with_context(|| format!("binding {}", config.http_addr))?;

@@ -13,8 +13,28 @@ use crate::scenario::DeliverySpec;
 #[derive(Debug, Clone, Copy)]
 pub struct Subscribed {
     pub subscriptions: usize,
-    /// Destinations that answer 2xx (every event should reach each of them once).
-    pub succeeding_destinations: usize,
+    /// Destinations every tenant has and that answer 2xx: every event reaches each once.
+    pub checked: &'static [String],
+}
+
+impl Subscribed {
+    /// Unique deliveries seen at the checked destinations.
+    pub fn checked_deliveries(&self, receivers: &Receivers) -> u64 {
+        let names = self.checked;
+        receivers
+            .seen(|s| {
+                s.unique_events
+                    .iter()
+                    .filter(|(path, _)| {
+                        names.iter().any(|n| {
+                            path.strip_prefix(n.as_str())
+                                .is_some_and(|rest| rest.starts_with('-'))
+                        })
+                    })
+                    .count() as u64
+            })
+            .unwrap_or(0)
+    }
 }
 
 fn token(data_dir: &std::path::Path, tenant: &str) -> anyhow::Result<String> {
@@ -47,7 +67,11 @@ pub async fn subscribe(
     let mut subscriptions = 0;
     for (t, tenant) in tenants.iter().enumerate() {
         let token = token(data_dir, tenant)?;
-        for d in &spec.destinations {
+        for d in spec
+            .destinations
+            .iter()
+            .filter(|d| d.tenants.is_none_or(|n| t < n))
+        {
             let path = format!("{}-{t}", d.name);
             let created: Value = client
                 .post(format!("{hub_url}/v1/subscriptions"))
@@ -91,12 +115,15 @@ pub async fn subscribe(
     }
     // The engine follows the control plane's revision log every 250 ms.
     tokio::time::sleep(Duration::from_millis(1000)).await;
+    let checked: Vec<String> = spec
+        .destinations
+        .iter()
+        .filter(|d| d.failure_rate < 1.0 && d.tenants.is_none())
+        .map(|d| d.name.clone())
+        .collect();
     Ok(Subscribed {
         subscriptions,
-        succeeding_destinations: spec
-            .destinations
-            .iter()
-            .filter(|d| d.failure_rate < 1.0)
-            .count(),
+        // Lives for the run; leaked once so the figure can be `Copy`.
+        checked: Box::leak(checked.into_boxed_slice()),
     })
 }

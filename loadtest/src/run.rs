@@ -126,18 +126,26 @@ async fn wait_durable(sampler: &Sampler, total: u64, limit: Duration) -> anyhow:
 
 /// Unique deliveries a run expects: every valid event at every destination that answers 2xx.
 fn expected(counts: &ProducedCounts, subscribed: Option<Subscribed>) -> u64 {
-    subscribed.map_or(0, |s| counts.valid * s.succeeding_destinations as u64)
+    subscribed.map_or(0, |s| counts.valid * s.checked.len() as u64)
 }
 
-async fn wait_delivered(delivered: &AtomicU64, expected: u64) -> anyhow::Result<()> {
+/// Waits until the checked destinations have every event.
+async fn wait_delivered(
+    receivers: Option<&Receivers>,
+    subscribed: Option<Subscribed>,
+    expected: u64,
+) -> anyhow::Result<()> {
+    let (Some(r), Some(sub)) = (receivers, subscribed) else {
+        return Ok(());
+    };
     let deadline = Instant::now() + DRAIN_LIMIT;
-    while delivered.load(Ordering::Relaxed) < expected {
+    while sub.checked_deliveries(r) < expected {
         anyhow::ensure!(
             Instant::now() < deadline,
             "the receivers got {} of {expected} deliveries within {DRAIN_LIMIT:?}",
-            delivered.load(Ordering::Relaxed)
+            sub.checked_deliveries(r)
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
 }
@@ -152,7 +160,10 @@ fn delivery_figures(
 ) -> DeliveryFigures {
     let expected = expected(produced, Some(sub));
     let first = samples.iter().find(|s| s.delivered > 0);
-    let done = samples.iter().find(|s| s.delivered >= expected);
+    let done = samples
+        .iter()
+        .find(|s| s.delivered >= expected)
+        .or_else(|| samples.last());
     let (rate, seconds) = match (first, done) {
         (Some(a), Some(b)) if b.t_s > a.t_s => (
             (b.delivered - a.delivered) as f64 / (b.t_s - a.t_s),
@@ -160,9 +171,10 @@ fn delivery_figures(
         ),
         _ => (0.0, 0.0),
     };
-    let (requests, bad_signatures, unique) = r
-        .seen(|s| (s.deliveries, s.bad_signatures, s.unique_events.len() as u64))
+    let (requests, bad_signatures) = r
+        .seen(|s| (s.deliveries, s.bad_signatures))
         .unwrap_or_default();
+    let unique = sub.checked_deliveries(r);
     DeliveryFigures {
         subscriptions: sub.subscriptions,
         expected,
@@ -389,7 +401,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
             let sampler = Sampler::start(reader, acked.clone(), delivered.clone(), hub.pid(), t0);
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
-            wait_delivered(&delivered, expected(&counts, subscribed)).await?;
+            wait_delivered(
+                receivers.as_ref(),
+                subscribed,
+                expected(&counts, subscribed),
+            )
+            .await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
             (counts, produce_seconds, hub, sampler.finish(), None)
         }
@@ -427,7 +444,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let end = Instant::now();
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
             let drain = end.elapsed().as_secs_f64();
-            wait_delivered(&delivered, expected(&counts, subscribed)).await?;
+            wait_delivered(
+                receivers.as_ref(),
+                subscribed,
+                expected(&counts, subscribed),
+            )
+            .await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
             (counts, produce_seconds, hub, sampler.finish(), Some(drain))
         }

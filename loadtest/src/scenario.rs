@@ -90,6 +90,10 @@ pub struct Destination {
     pub failure_rate: f64,
     #[serde(default = "default_status")]
     pub status: u16,
+    /// Only the first N tenants subscribe to it (one slow destination among fast ones); absent:
+    /// every tenant. Exactness is checked on destinations every tenant has and that answer 2xx.
+    #[serde(default)]
+    pub tenants: Option<usize>,
 }
 
 fn default_status() -> u16 {

@@ -39,6 +39,14 @@ impl Subscriptions {
         known.get(&(tenant.to_owned(), id)).cloned()
     }
 
+    /// Every subscription known (the automatic prober walks them).
+    pub fn all(&self) -> Vec<Arc<Subscription>> {
+        self.known
+            .lock()
+            .map(|k| k.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Applies every change after the current index's revision; true when the index changed.
     pub async fn catch_up(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
         let mut revision = self.index().revision;

@@ -109,15 +109,12 @@ struct InFlight {
 
 type AttemptDone = (u128, Outcome, i64);
 
+/// What the tokio side answers for a store step.
+type StepReply = Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>;
+
 /// A store step being written.
 struct StepInFlight {
-    reply: std::pin::Pin<
-        Box<
-            dyn std::future::Future<
-                Output = Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>,
-            >,
-        >,
-    >,
+    reply: std::pin::Pin<Box<dyn std::future::Future<Output = StepReply>>>,
     /// Its outcomes, put back when it fails.
     kept: Vec<Settlement>,
     start: Vec<u128>,
@@ -126,7 +123,7 @@ struct StepInFlight {
 
 /// What woke the lane.
 enum Woke {
-    Step(Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>),
+    Step(StepReply),
     Attempt(Option<AttemptDone>),
     Timer,
 }
@@ -398,7 +395,7 @@ impl DeliveryLane {
         &self,
         lane: &mut LaneState,
         step: StepInFlight,
-        written: Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>,
+        written: StepReply,
     ) -> Result<(), StoreError> {
         let outcome = match written {
             Ok(Ok(o)) => o,

@@ -18,6 +18,7 @@ pub mod breaker;
 pub mod decide;
 pub mod fairness;
 pub mod follow;
+pub mod hub_events;
 pub mod lane;
 pub mod matching;
 pub mod retry;

@@ -83,6 +83,7 @@ impl Delivery {
             FOLLOW_EVERY,
             stop.clone(),
         ));
+        tokio.spawn(auto_probe(subs.clone(), control.clone(), stop.clone()));
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(1))
             .unzip();
@@ -135,5 +136,17 @@ impl Delivery {
                 })
             })
             .collect()
+    }
+}
+
+/// Probes pending webhooks automatically (R-CP-5): about a minute after creation, then at a
+/// doubling interval capped at an hour, until one succeeds or the subscription is paused.
+async fn auto_probe(subs: Arc<Subscriptions>, control: Arc<Control>, stop: Arc<AtomicBool>) {
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let now = crate::clock::now_ms();
+        for sub in subs.all() {
+            control.auto_probe(&sub, now).await;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }

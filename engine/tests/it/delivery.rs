@@ -428,3 +428,42 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
     assert_eq!(m["streaming_hub_delivery_pending_jobs"], 0);
     engine.stop();
 }
+
+/// R-CP-5: a first successful probe emits `hub.destination.verified` (source `hub`) through the
+/// pipeline, and a subscription of the same tenant with `origin: hub` receives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let group = format!("hubevents-{}", Uuid::now_v7().simple());
+    let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
+    engine.wait_ready().await;
+    let tenant = format!("t-ops-{}", Uuid::now_v7().simple());
+    let api = Tenant::new(&engine, dir.path(), &tenant);
+    api.active_webhook(
+        "ops",
+        &receiver.url("/ops"),
+        json!({"origin": "hub", "event_types": ["destination.verified"]}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (orders, _) = api
+        .active_webhook("orders", &receiver.url("/orders"), json!({}))
+        .await;
+    let verified = || {
+        receiver.received().into_iter().find(|r| {
+            r.path == "/ops"
+                && r.header("x-lerian-event-type") == "destination.verified"
+                && serde_json::from_slice::<Value>(&r.body)
+                    .is_ok_and(|b| b["subscription_id"] == orders)
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || verified().is_some()).await,
+        "the hub event reaches the ops webhook"
+    );
+    let event = verified().expect("event");
+    assert_eq!(event.header("x-lerian-event-source"), "hub");
+    assert_eq!(event.header("x-lerian-tenant-id"), tenant);
+    engine.stop();
+}
