@@ -60,6 +60,7 @@ pub async fn subscribe(
     hub_url: &str,
     data_dir: &std::path::Path,
     tenants: &[String],
+    source: &str,
     spec: &DeliverySpec,
     receivers: &Receivers,
 ) -> anyhow::Result<Subscribed> {
@@ -81,6 +82,9 @@ pub async fn subscribe(
                     "name": path,
                     "sink_kind": "webhook",
                     "endpoint": receivers.url(&path),
+                    // The run's producer only: the hub's own events (destination.verified of the
+                    // tenant's other subscriptions) are not part of the count.
+                    "origin": source,
                 }))
                 .send()
                 .await?

@@ -361,7 +361,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 (Some(spec), Some(r)) => {
                     eprintln!("[loadtest] subscribing {} tenants", tenants.len());
                     Ok::<_, anyhow::Error>(Some(
-                        deliver::subscribe(&url, &dir, tenants, spec, r).await?,
+                        deliver::subscribe(&url, &dir, tenants, &run_id, spec, r).await?,
                     ))
                 }
                 _ => Ok(None),

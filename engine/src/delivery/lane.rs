@@ -141,6 +141,7 @@ impl DeliveryLane {
             settle: Vec::new(),
             ready: std::collections::VecDeque::new(),
             running: HashMap::new(),
+            held_per_destination: HashMap::new(),
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
         };
@@ -285,6 +286,16 @@ impl DeliveryLane {
                 .as_ref()
                 .and_then(|s| s.endpoint.clone())
                 .unwrap_or_default();
+            // A slow destination's backlog must not fill the memory that pages in everyone
+            // else's work: past its share it stays in the store for a later page.
+            let holding = lane
+                .held_per_destination
+                .entry(destination.clone())
+                .or_default();
+            if *holding >= self.config.held_max / 8 {
+                continue;
+            }
+            *holding += 1;
             let weight = weight_of(sub.as_ref().and_then(|s| s.plan_tier.as_deref()));
             lane.scheduler.push(
                 &job.tenant,
@@ -318,6 +329,9 @@ impl DeliveryLane {
                 lane.scheduler.done(&due.destination);
                 continue;
             };
+            if let Some(n) = lane.held_per_destination.get_mut(&due.destination) {
+                *n = n.saturating_sub(1);
+            }
             let sub = self.subs.get(&job.tenant, job.subscription);
             let breaker = lane
                 .breakers
@@ -559,6 +573,8 @@ struct LaneState {
     ready: std::collections::VecDeque<Started>,
     /// Attempts running per destination.
     running: HashMap<String, u32>,
+    /// Jobs held (paged, not yet leased) per destination.
+    held_per_destination: HashMap<String, usize>,
     rotation: u64,
     rng: rand::rngs::StdRng,
 }

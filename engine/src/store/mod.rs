@@ -103,9 +103,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
-    /// Due jobs of `lanes` (due at or before `now_ms`), at most `per_tenant` of each tenant and
-    /// `limit` in all, tenants taken in turn starting at `rotation % tenants`; jobs in `skip`
-    /// (already held by the caller) are passed over.
+    /// Due jobs of `lanes` (due at or before `now_ms`), at most `per_tenant` of each queue (a
+    /// tenant's subscription) and `limit` in all, queues taken in turn starting at `rotation`;
+    /// jobs in `skip` (already held by the caller) are passed over.
     async fn due_jobs(
         &self,
         lanes: Vec<Lane>,

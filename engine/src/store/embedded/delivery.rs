@@ -20,20 +20,25 @@ use crate::store::{
 /// The delivery tables, opened once per write transaction.
 pub(super) struct JobTables<'txn> {
     jobs: Table<'txn, u128, &'static [u8]>,
-    due: Table<'txn, (u32, &'static str, u64, u128), ()>,
-    tenants: Table<'txn, (u32, &'static str), u64>,
+    due: Table<'txn, (u32, &'static str, u128, u64, u128), ()>,
+    tenants: Table<'txn, (u32, &'static str, u128), u64>,
     leased: Table<'txn, u128, ()>,
     dead: Table<'txn, (&'static str, u128, u128), &'static [u8]>,
     stats: Table<'txn, (&'static str, u128), &'static [u8]>,
 }
 
-fn due_key(job: &JobRecord) -> (u32, &str, u64, u128) {
+fn due_key(job: &JobRecord) -> (u32, &str, u128, u64, u128) {
     (
         job.lane,
         job.tenant.as_str(),
+        job.subscription.as_u128(),
         job.due_at_ms.max(0) as u64,
         job.id,
     )
+}
+
+fn queue_key(job: &JobRecord) -> (u32, &str, u128) {
+    (job.lane, job.tenant.as_str(), job.subscription.as_u128())
 }
 
 impl<'txn> JobTables<'txn> {
@@ -64,7 +69,7 @@ impl<'txn> JobTables<'txn> {
             .insert(job.id, encode(job).as_slice())
             .map_err(unavailable)?;
         self.due.insert(due_key(job), ()).map_err(unavailable)?;
-        let key = (job.lane, job.tenant.as_str());
+        let key = queue_key(job);
         let n = self
             .tenants
             .get(key)
@@ -78,7 +83,7 @@ impl<'txn> JobTables<'txn> {
         self.jobs.remove(job.id).map_err(unavailable)?;
         self.due.remove(due_key(job)).map_err(unavailable)?;
         self.leased.remove(job.id).map_err(unavailable)?;
-        let key = (job.lane, job.tenant.as_str());
+        let key = queue_key(job);
         let n = self
             .tenants
             .get(key)
@@ -268,7 +273,8 @@ pub(super) fn release_leases(db: &Database, now_ms: i64) -> Result<usize, StoreE
     Ok(released)
 }
 
-/// The due jobs of `lanes` (read-only), tenants in turn from `rotation`.
+/// The due jobs of `lanes` (read-only): each queue (tenant, subscription) in turn from
+/// `rotation`, at most `per_tenant` of each.
 pub(super) fn due_jobs(
     db: &Database,
     lanes: &[Lane],
@@ -281,36 +287,39 @@ pub(super) fn due_jobs(
     let txn = db.begin_read().map_err(unavailable)?;
     let jobs = txn.open_table(JOBS).map_err(unavailable)?;
     let due = txn.open_table(JOB_DUE).map_err(unavailable)?;
-    let tenants_t = txn.open_table(LANE_TENANTS).map_err(unavailable)?;
-    let mut tenants: Vec<(u32, String)> = Vec::new();
+    let queues_t = txn.open_table(LANE_TENANTS).map_err(unavailable)?;
+    let mut queues: Vec<(u32, String, u128)> = Vec::new();
     for lane in lanes {
-        for row in tenants_t
-            .range((*lane, "")..(*lane + 1, ""))
+        for row in queues_t
+            .range((*lane, "", 0)..(*lane + 1, "", 0))
             .map_err(unavailable)?
         {
             let (k, _) = row.map_err(unavailable)?;
-            let (l, tenant) = k.value();
-            tenants.push((l, tenant.to_owned()));
+            let (l, tenant, sub) = k.value();
+            queues.push((l, tenant.to_owned(), sub));
         }
     }
-    if tenants.is_empty() {
+    if queues.is_empty() {
         return Ok(Vec::new());
     }
-    let start = (rotation % tenants.len() as u64) as usize;
-    tenants.rotate_left(start);
+    let start = (rotation % queues.len() as u64) as usize;
+    queues.rotate_left(start);
     let now = now_ms.max(0) as u64;
     let mut out = Vec::new();
-    for (lane, tenant) in &tenants {
+    for (lane, tenant, sub) in &queues {
         let mut taken = 0;
         let range = due
-            .range((*lane, tenant.as_str(), 0, 0)..=(*lane, tenant.as_str(), now, u128::MAX))
+            .range(
+                (*lane, tenant.as_str(), *sub, 0, 0)
+                    ..=(*lane, tenant.as_str(), *sub, now, u128::MAX),
+            )
             .map_err(unavailable)?;
         for row in range {
             if taken == per_tenant || out.len() == limit {
                 break;
             }
             let (k, _) = row.map_err(unavailable)?;
-            let id = k.value().3;
+            let id = k.value().4;
             if skip.contains(&id) {
                 continue;
             }

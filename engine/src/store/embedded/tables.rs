@@ -24,11 +24,14 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 
 /// job id → encoded `JobRecord`.
 pub const JOBS: TableDefinition<u128, &[u8]> = TableDefinition::new("jobs");
-/// `(lane, tenant, due_at, job id)`: the due index a lane pages from, per tenant (so a cold
-/// tenant's jobs are never behind a hot tenant's backlog). A leased job sits at its lease's end.
-pub const JOB_DUE: TableDefinition<(u32, &str, u64, u128), ()> = TableDefinition::new("job_due");
-/// `(lane, tenant)` → number of jobs: the tenants a lane has work for.
-pub const LANE_TENANTS: TableDefinition<(u32, &str), u64> = TableDefinition::new("lane_tenants");
+/// `(lane, tenant, subscription, due_at, job id)`: the due index a lane pages from, per tenant
+/// and subscription (so a cold tenant's jobs are never behind a hot tenant's backlog, nor a fast
+/// destination's behind a slow one's). A leased job sits at its lease's end.
+pub const JOB_DUE: TableDefinition<(u32, &str, u128, u64, u128), ()> =
+    TableDefinition::new("job_due_by_subscription");
+/// `(lane, tenant, subscription)` → number of jobs: the queues a lane has work in.
+pub const LANE_TENANTS: TableDefinition<(u32, &str, u128), u64> =
+    TableDefinition::new("lane_queues");
 /// job ids leased (attempt started, no outcome yet); released when the store opens, since a lease
 /// of a single-node store can only belong to a process that has ended.
 pub const LEASED: TableDefinition<u128, ()> = TableDefinition::new("leased");
