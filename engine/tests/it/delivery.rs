@@ -176,13 +176,13 @@ fn ids_on(receiver: &Receiver, path: &str) -> HashSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_5_produced_events_reach_a_verified_webhook_signed() {
     let _broker = exclusive_broker().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let group = format!("deliver-{}", Uuid::now_v7().simple());
-    let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
-    engine.wait_ready().await;
-    let tenant = format!("t-del-{}", Uuid::now_v7().simple());
-    let api = Tenant::new(&engine, dir.path(), &tenant);
+    let Setup {
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("deliver").await;
     let (_, secret) = api
         .active_webhook("all", &receiver.url("/all"), json!({}))
         .await;
@@ -246,18 +246,46 @@ async fn r_di_5_produced_events_reach_a_verified_webhook_signed() {
     engine.stop();
 }
 
+/// A running engine on a fresh data directory with a scripted receiver and one tenant's API.
+pub(crate) struct Setup {
+    pub dir: tempfile::TempDir,
+    pub receiver: Receiver,
+    pub engine: Engine,
+    pub tenant: String,
+    pub api: Tenant,
+}
+
+impl Setup {
+    pub(crate) async fn start(name: &str) -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let receiver = Receiver::start().await;
+        let group = format!("{name}-{}", Uuid::now_v7().simple());
+        let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
+        engine.wait_ready().await;
+        let tenant = format!("t-{name}-{}", Uuid::now_v7().simple());
+        let api = Tenant::new(&engine, dir.path(), &tenant);
+        Setup {
+            dir,
+            receiver,
+            engine,
+            tenant,
+            api,
+        }
+    }
+}
+
 /// R-DI-6, R-DI-8, R-DI-13, R-CP-12: a receiver that answers 500, then stalls past the timeout,
 /// then resets the connection uses up a three-step curve; the job is dead-lettered with its last
 /// outcome, health says Failing; replayed once the receiver recovers, it is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_8_a_failing_destination_dead_letters_then_replays() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let group = format!("deadletter-{}", Uuid::now_v7().simple());
-    let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
-    engine.wait_ready().await;
-    let tenant = format!("t-dl-{}", Uuid::now_v7().simple());
-    let api = Tenant::new(&engine, dir.path(), &tenant);
+    let Setup {
+        dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("deadletter").await;
     let (id, secret) = api
         .active_webhook(
             "flaky",
@@ -367,13 +395,13 @@ async fn r_di_8_a_failing_destination_dead_letters_then_replays() {
 /// arrives after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let group = format!("pause-{}", Uuid::now_v7().simple());
-    let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
-    engine.wait_ready().await;
-    let tenant = format!("t-pause-{}", Uuid::now_v7().simple());
-    let api = Tenant::new(&engine, dir.path(), &tenant);
+    let Setup {
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("pause").await;
     // The first attempt stalls past its 1 s timeout, so the pause lands while it is in flight;
     // its retry then comes due while paused or after resume: cancelled either way.
     let (id, _) = api
@@ -433,13 +461,13 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
 /// pipeline, and a subscription of the same tenant with `origin: hub` receives it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let group = format!("hubevents-{}", Uuid::now_v7().simple());
-    let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
-    engine.wait_ready().await;
-    let tenant = format!("t-ops-{}", Uuid::now_v7().simple());
-    let api = Tenant::new(&engine, dir.path(), &tenant);
+    let Setup {
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("hubevents").await;
     api.active_webhook(
         "ops",
         &receiver.url("/ops"),

@@ -53,6 +53,15 @@ impl<'txn> JobTables<'txn> {
         })
     }
 
+    /// Jobs in a lane's queue (tenant, subscription).
+    fn queued(&self, key: (u32, &str, u128)) -> Result<u64, StoreError> {
+        Ok(self
+            .tenants
+            .get(key)
+            .map_err(unavailable)?
+            .map_or(0, |g| g.value()))
+    }
+
     fn load(&self, id: u128) -> Result<Option<JobRecord>, StoreError> {
         match self.jobs.get(id).map_err(unavailable)? {
             Some(v) => Ok(Some(decode(v.value())?)),
@@ -70,11 +79,7 @@ impl<'txn> JobTables<'txn> {
             .map_err(unavailable)?;
         self.due.insert(due_key(job), ()).map_err(unavailable)?;
         let key = queue_key(job);
-        let n = self
-            .tenants
-            .get(key)
-            .map_err(unavailable)?
-            .map_or(0, |g| g.value());
+        let n = self.queued(key)?;
         self.tenants.insert(key, n + 1).map_err(unavailable)?;
         Ok(())
     }
@@ -84,11 +89,7 @@ impl<'txn> JobTables<'txn> {
         self.due.remove(due_key(job)).map_err(unavailable)?;
         self.leased.remove(job.id).map_err(unavailable)?;
         let key = queue_key(job);
-        let n = self
-            .tenants
-            .get(key)
-            .map_err(unavailable)?
-            .map_or(0, |g| g.value());
+        let n = self.queued(key)?;
         if n <= 1 {
             self.tenants.remove(key).map_err(unavailable)?;
         } else {
