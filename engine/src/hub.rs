@@ -248,8 +248,14 @@ fn start_shards(
                     ..ShardConfig::default()
                 },
                 move |id| {
-                    let rx = records.lock().ok().and_then(|mut r| r[id.0].take());
-                    let lane = lanes.lock().ok().and_then(|mut l| l[id.0].take());
+                    let rx = records
+                        .lock()
+                        .ok()
+                        .and_then(|mut r| r.get_mut(id.0).and_then(Option::take));
+                    let lane = lanes
+                        .lock()
+                        .ok()
+                        .and_then(|mut l| l.get_mut(id.0).and_then(Option::take));
                     let ingest = ShardIngest {
                         store: store.clone(),
                         bridge: bridge.clone(),

@@ -58,6 +58,8 @@ struct Shared {
     delivered: Arc<std::sync::atomic::AtomicU64>,
     seen: Arc<Mutex<Seen>>,
     latency_us: Arc<Mutex<Histogram<u64>>>,
+    /// The same, per tenant.
+    tenant_latency_us: Arc<Mutex<HashMap<String, Histogram<u64>>>>,
 }
 
 /// Verifies a Standard Webhooks signature header against `secret`.
@@ -152,9 +154,23 @@ async fn hook(
             .or_default() += 1;
     }
     // End-to-end latency: from the producer's send (in the payload) to now.
-    if let (Some(sent), Ok(mut hist)) = (sent_ms(&body), s.latency_us.lock()) {
+    if let Some(sent) = sent_ms(&body) {
         let now = crate::machine::unix_ms();
-        let _ = hist.record(u64::try_from((now - sent).max(0) * 1000).unwrap_or(0));
+        let us = u64::try_from((now - sent).max(0) * 1000).unwrap_or(0);
+        if let Ok(mut hist) = s.latency_us.lock() {
+            let _ = hist.record(us);
+        }
+        if let Ok(mut per) = s.tenant_latency_us.lock() {
+            let tenant = h("x-lerian-tenant-id");
+            if !per.contains_key(tenant) {
+                if let Ok(fresh) = Histogram::new_with_bounds(1, 3_600_000_000, 2) {
+                    per.insert(tenant.to_owned(), fresh);
+                }
+            }
+            if let Some(hist) = per.get_mut(tenant) {
+                let _ = hist.record(us);
+            }
+        }
     }
     StatusCode::NO_CONTENT
 }
@@ -173,6 +189,7 @@ impl Receivers {
             delivered: Arc::default(),
             seen: Arc::default(),
             latency_us: Arc::new(Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)),
+            tenant_latency_us: Arc::default(),
         };
         let app = Router::new()
             .route("/hook/{name}", post(hook))
@@ -213,6 +230,45 @@ impl Receivers {
         }
         let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
         Some([q(0.5), q(0.9), q(0.99), q(0.999), h.max() as f64 / 1000.0])
+    }
+
+    /// The latency distribution: (percentile, ms) from p0 to p99.99, denser in the tail.
+    pub fn latency_curve(&self) -> Vec<(f64, f64)> {
+        let Ok(h) = self.shared.latency_us.lock() else {
+            return Vec::new();
+        };
+        if h.is_empty() {
+            return Vec::new();
+        }
+        let mut points: Vec<f64> = (0..=90).map(f64::from).collect();
+        points.extend((1..=9).map(|i| 90.0 + f64::from(i)));
+        points.extend([99.5, 99.9, 99.95, 99.99]);
+        points
+            .into_iter()
+            .map(|p| (p, h.value_at_quantile(p / 100.0) as f64 / 1000.0))
+            .collect()
+    }
+
+    /// Per tenant: (tenant, deliveries, p50 ms, p99 ms, max ms), most deliveries first.
+    pub fn tenant_latency(&self) -> Vec<(String, u64, f64, f64, f64)> {
+        let Ok(per) = self.shared.tenant_latency_us.lock() else {
+            return Vec::new();
+        };
+        let ms = |v: u64| v as f64 / 1000.0;
+        let mut out: Vec<_> = per
+            .iter()
+            .map(|(t, h)| {
+                (
+                    t.clone(),
+                    h.len(),
+                    ms(h.value_at_quantile(0.5)),
+                    ms(h.value_at_quantile(0.99)),
+                    ms(h.max()),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
     }
 }
 

@@ -78,6 +78,10 @@ pub struct DeliveryFigures {
     pub raw_post_rate: f64,
     /// Jobs still pending in the hub at the end (retries of failing destinations).
     pub pending_jobs_end: u64,
+    /// (percentile, ms) of end-to-end latency.
+    pub latency_curve: Vec<(f64, f64)>,
+    /// Per tenant, most deliveries first: (tenant, deliveries, p50 ms, p99 ms, max ms).
+    pub per_tenant: Vec<(String, u64, f64, f64, f64)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,6 +130,10 @@ impl Report {
         std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(self)?)?;
         std::fs::write(dir.join("throughput.svg"), self.throughput_chart())?;
         std::fs::write(dir.join("lag.svg"), self.lag_chart())?;
+        if let Some(d) = &self.delivery {
+            std::fs::write(dir.join("latency.svg"), self.latency_chart(d))?;
+            std::fs::write(dir.join("tenants.svg"), self.tenant_chart(d))?;
+        }
         std::fs::write(dir.join("report.md"), self.markdown())?;
         Ok(())
     }
@@ -174,6 +182,49 @@ impl Report {
             "seconds since the hub started",
             "records per second",
             &series,
+        )
+    }
+
+    fn latency_chart(&self, d: &DeliveryFigures) -> String {
+        line_chart(
+            &format!(
+                "{} on {:?}: end-to-end latency distribution (producer send → webhook)",
+                self.scenario.name, self.store
+            ),
+            "percentile",
+            "milliseconds",
+            &[Series {
+                name: "latency at percentile",
+                points: d.latency_curve.clone(),
+            }],
+        )
+    }
+
+    fn tenant_chart(&self, d: &DeliveryFigures) -> String {
+        let rank = |pick: fn(&(String, u64, f64, f64, f64)) -> f64| {
+            d.per_tenant
+                .iter()
+                .enumerate()
+                .map(|(i, t)| ((i + 1) as f64, pick(t)))
+                .collect()
+        };
+        line_chart(
+            &format!(
+                "{} on {:?}: latency per tenant (ranked by deliveries)",
+                self.scenario.name, self.store
+            ),
+            "tenant rank (1 = most deliveries)",
+            "milliseconds",
+            &[
+                Series {
+                    name: "p50",
+                    points: rank(|t| t.2),
+                },
+                Series {
+                    name: "p99",
+                    points: rank(|t| t.3),
+                },
+            ],
         )
     }
 
@@ -292,6 +343,18 @@ impl Report {
             let _ = writeln!(md, "| jobs pending at the end | {} |", d.pending_jobs_end);
         }
         let _ = writeln!(md, "\n![throughput](throughput.svg)\n\n![lag](lag.svg)\n");
+        if let Some(d) = &self.delivery {
+            let _ = writeln!(
+                md,
+                "![latency](latency.svg)\n\n![latency per tenant](tenants.svg)\n\n\
+                 ### Latency per tenant (the ten with most deliveries)\n\n\
+                 | tenant | deliveries | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|"
+            );
+            for (t, n, p50, p99, max) in d.per_tenant.iter().take(10) {
+                let _ = writeln!(md, "| {t} | {n} | {p50:.1} | {p99:.1} | {max:.1} |");
+            }
+            let _ = writeln!(md);
+        }
         let _ = writeln!(
             md,
             "## Exactness\n\n| check | expected | hub | |\n|---|---|---|---|"

@@ -189,6 +189,8 @@ fn delivery_figures(
             .get("streaming_hub_delivery_pending_jobs")
             .copied()
             .unwrap_or(0),
+        latency_curve: r.latency_curve(),
+        per_tenant: r.tenant_latency(),
     }
 }
 

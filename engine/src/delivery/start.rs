@@ -35,6 +35,7 @@ pub struct Delivery {
     pub routing: Option<JobRouting>,
     pub counters: Arc<DeliveryCounters>,
     wakes: Vec<async_channel::Receiver<()>>,
+    shards: usize,
     control: Arc<Control>,
     lane: LaneConfig,
     stop: Arc<AtomicBool>,
@@ -66,6 +67,7 @@ impl Delivery {
                 routing: None,
                 counters,
                 wakes: Vec::new(),
+                shards,
                 control: control.clone(),
                 lane,
                 stop,
@@ -94,6 +96,7 @@ impl Delivery {
             }),
             counters,
             wakes,
+            shards,
             control: control.clone(),
             lane,
             stop,
@@ -105,10 +108,10 @@ impl Delivery {
         self.lane.autodisable
     }
 
-    /// One lane per shard (`None` everywhere when delivery is off).
+    /// One lane per shard (`None` for every shard when delivery is off).
     pub fn lanes(&self, store: &Arc<dyn Store>, bridge: &TokioBridge) -> Vec<Option<ShardLane>> {
         let Some(routing) = &self.routing else {
-            return (0..self.wakes.len().max(1)).map(|_| None).collect();
+            return (0..self.shards.max(1)).map(|_| None).collect();
         };
         let shards = self.wakes.len() as Lane;
         self.wakes
