@@ -62,7 +62,14 @@ impl Tenant {
         endpoint: &str,
         extra: Value,
     ) -> (String, String) {
-        let mut body = json!({"name": name, "sink_kind": "webhook", "endpoint": endpoint});
+        // Producer events only, unless the test asks otherwise: the hub's own events
+        // (`destination.verified` of the tenant's other subscriptions) would add to the counts.
+        let mut body = json!({
+            "name": name,
+            "sink_kind": "webhook",
+            "endpoint": endpoint,
+            "origin": "lender",
+        });
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
         }
