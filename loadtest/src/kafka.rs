@@ -81,7 +81,7 @@ pub struct ProducedCounts {
 }
 
 impl ProducedCounts {
-    fn add(&mut self, kind: Kind) {
+    pub fn add(&mut self, kind: Kind) {
         self.total += 1;
         match kind {
             Kind::Valid => self.valid += 1,

@@ -5,6 +5,7 @@
 //!
 
 mod deliver;
+mod http_target;
 mod hub;
 mod kafka;
 mod machine;
@@ -60,6 +61,10 @@ struct Cli {
     /// clients, 512-byte bodies, 5 s) against this tool's own webhook receiver, and exit.
     #[arg(long)]
     http_baseline: bool,
+    /// Where the load goes: `kafka` (default) or `http` (the hub's `/ingest/<source>`; steady
+    /// scenarios only).
+    #[arg(long, value_enum, default_value = "kafka")]
+    target: run::Target,
     /// A hub setting for this run, `KEY=VALUE` (e.g. `STREAMING_HUB_DELIVERY_WORKERS=32`);
     /// repeatable. The report's command line records it.
     #[arg(long = "hub-env")]
@@ -115,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
         hub_bin: cli.hub_bin.unwrap_or_else(hub::default_bin),
         seed: cli.seed,
         delete_other_topics: cli.delete_other_topics,
+        target: cli.target,
         hub_env: cli
             .hub_env
             .iter()
@@ -128,12 +134,19 @@ async fn main() -> anyhow::Result<()> {
     #[allow(clippy::print_stdout)] // the tool's one-line result is its output
     {
         println!(
-        "{} on {:?}: hub {:.0} records/s durable, raw consume {:.0} records/s (×{:.2}); max lag {}; RSS peak {:.0} MiB; checks {}. Report: {}",
+        "{} on {:?} via {:?}: hub {:.0} records/s durable, {} {:.0}/s (×{:.2}); max lag {}; RSS peak {:.0} MiB; checks {}. Report: {}",
         report.scenario.name,
         report.store,
+        report.target,
         report.hub.durable_rate,
-        report.baseline.raw_consume_rate,
-        report.ratio_to_raw(),
+        if report.baseline.raw_post_rate.is_some() { "raw POST" } else { "raw consume" },
+        report.baseline.raw_post_rate.unwrap_or(report.baseline.raw_consume_rate),
+        report.hub.durable_rate
+            / report
+                .baseline
+                .raw_post_rate
+                .unwrap_or(report.baseline.raw_consume_rate)
+                .max(1e-9),
         report.hub.max_lag_records,
         report.hub.rss_kib_peak as f64 / 1024.0,
         if report.passed() { "all exact" } else { "MISMATCH" },

@@ -31,6 +31,8 @@ pub struct Baseline {
     pub raw_consume_records: u64,
     pub raw_consume_seconds: f64,
     pub raw_consume_rate: f64,
+    /// HTTP target: the raw loopback POST rate (32 keep-alive clients), the limit for HTTP ingest.
+    pub raw_post_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +97,7 @@ pub struct Check {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub scenario: Scenario,
+    pub target: crate::run::Target,
     pub store: StoreChoice,
     pub command: String,
     pub commit: String,
@@ -271,16 +274,30 @@ impl Report {
         );
         let _ = writeln!(md, "## Headline\n");
         let _ = writeln!(md, "| figure | value |\n|---|---|");
+        let path = match self.target {
+            crate::run::Target::Kafka => "Kafka",
+            crate::run::Target::Http => "HTTP ingest",
+        };
         let _ = writeln!(
             md,
-            "| hub: Kafka → durable inbox | **{:.0} records/s** over {:.1} s |",
+            "| hub: {path} → durable inbox | **{:.0} records/s** over {:.1} s |",
             self.hub.durable_rate, self.hub.durable_seconds
         );
-        let _ = writeln!(
-            md,
-            "| raw rdkafka consume of the same topic (physical limit) | {:.0} records/s over {:.1} s |",
-            self.baseline.raw_consume_rate, self.baseline.raw_consume_seconds
-        );
+        match self.baseline.raw_post_rate {
+            Some(rate) => {
+                let _ = writeln!(
+                    md,
+                    "| raw loopback HTTP POST rate (physical limit for HTTP ingest) | {rate:.0} POSTs/s |"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    md,
+                    "| raw rdkafka consume of the same topic (physical limit) | {:.0} records/s over {:.1} s |",
+                    self.baseline.raw_consume_rate, self.baseline.raw_consume_seconds
+                );
+            }
+        }
         match s.mode {
             Mode::Backlog => {
                 let _ = writeln!(md, "| hub ÷ raw | {:.2} |", self.ratio_to_raw());

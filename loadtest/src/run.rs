@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::deliver::{self, Subscribed};
+use crate::http_target;
 use crate::hub::{self, Hub, HubSpec, StoreChoice};
 use crate::kafka::{self, Budget, CommittedReader, ProducedCounts};
 use crate::receiver::Receivers;
@@ -20,6 +21,16 @@ pub const SAMPLE_MS: u64 = 100;
 /// The longest a run waits for the hub to make everything durable.
 const DRAIN_LIMIT: Duration = Duration::from_secs(600);
 
+/// Where a run sends its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// `lerian.streaming.<run>` on Kafka; durable progress from the hub's committed offsets.
+    Kafka,
+    /// `POST /ingest/<run>` on the hub; an answer is durable progress.
+    Http,
+}
+
 pub struct RunArgs {
     pub scenario: Scenario,
     pub store: StoreChoice,
@@ -28,6 +39,8 @@ pub struct RunArgs {
     pub hub_bin: PathBuf,
     pub seed: u64,
     pub delete_other_topics: bool,
+    /// Where the load goes: Kafka (default) or the hub's HTTP ingest.
+    pub target: Target,
     /// Extra `STREAMING_HUB_*` settings for the hub.
     pub hub_env: Vec<(String, String)>,
     pub command: String,
@@ -43,7 +56,7 @@ struct Sampler {
 
 impl Sampler {
     fn start(
-        reader: CommittedReader,
+        durable_now: Box<dyn Fn() -> u64 + Send>,
         produced: Arc<AtomicU64>,
         delivered: Arc<AtomicU64>,
         pid: u32,
@@ -58,7 +71,7 @@ impl Sampler {
                 let mut next = Instant::now();
                 let mut last_print = Instant::now();
                 while !stop.load(Ordering::Acquire) {
-                    let done = reader.committed();
+                    let done = durable_now();
                     durable.store(done, Ordering::Release);
                     let made = produced.load(Ordering::Acquire);
                     let rss = hub::rss_kib(pid).map_or(0, |(rss, _)| rss);
@@ -354,6 +367,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let tenants: Vec<String> = (0..scenario.tenants)
         .map(|t| format!("{run_id}-t{t}"))
         .collect();
+    let run_source: &str = &run_id;
     let subscribe = |hub: &Hub| {
         let url = hub.url.clone();
         let (tenants, receivers) = (&tenants, &receivers);
@@ -363,7 +377,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 (Some(spec), Some(r)) => {
                     eprintln!("[loadtest] subscribing {} tenants", tenants.len());
                     Ok::<_, anyhow::Error>(Some(
-                        deliver::subscribe(&url, &dir, tenants, &run_id, spec, r).await?,
+                        deliver::subscribe(&url, &dir, tenants, run_source, spec, r).await?,
                     ))
                 }
                 _ => Ok(None),
@@ -372,6 +386,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     };
     let mut subscribed = None;
 
+    anyhow::ensure!(
+        args.target == Target::Kafka || scenario.mode == Mode::Steady,
+        "--target http needs a steady scenario (a backlog waits in Kafka before the hub starts)"
+    );
+    let http_acked = Arc::new(AtomicU64::new(0));
     let (produced, produce_seconds, hub, samples, drain_after) = match scenario.mode {
         Mode::Backlog => {
             if scenario.delivery.is_some() {
@@ -401,7 +420,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let mut hub = Hub::start(&spec)?;
             hub.wait_ready(Duration::from_secs(60)).await?;
             let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
-            let sampler = Sampler::start(reader, acked.clone(), delivered.clone(), hub.pid(), t0);
+            let sampler = Sampler::start(
+                Box::new(move || reader.committed()),
+                acked.clone(),
+                delivered.clone(),
+                hub.pid(),
+                t0,
+            );
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
             wait_delivered(
                 receivers.as_ref(),
@@ -416,13 +441,43 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let t0 = Instant::now();
             let mut hub = Hub::start(&spec)?;
             hub.wait_ready(Duration::from_secs(60)).await?;
-            let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
-            let sampler = Sampler::start(reader, acked.clone(), delivered.clone(), hub.pid(), t0);
+            let durable_now: Box<dyn Fn() -> u64 + Send> = match args.target {
+                Target::Kafka => {
+                    let reader =
+                        CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
+                    Box::new(move || reader.committed())
+                }
+                Target::Http => {
+                    let answered = http_acked.clone();
+                    Box::new(move || answered.load(Ordering::Acquire))
+                }
+            };
+            let sampler =
+                Sampler::start(durable_now, acked.clone(), delivered.clone(), hub.pid(), t0);
             subscribed = subscribe(&hub).await?;
+            let ingest_url = format!("{}/ingest/{run_id}", hub.url);
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()?;
             // Warm-up: a few records, until the hub has joined the group and made them durable.
             let warm = u64::try_from(scenario.partitions).unwrap_or(1) * 10;
-            let mut counts =
-                kafka::produce(&producer, &topic, &mut generator, flat_out(warm), |_| {}).await?;
+            let mut counts = match args.target {
+                Target::Kafka => {
+                    kafka::produce(&producer, &topic, &mut generator, flat_out(warm), |_| {})
+                        .await?
+                }
+                Target::Http => {
+                    let answered = http_acked.clone();
+                    http_target::produce(
+                        &client,
+                        &ingest_url,
+                        &mut generator,
+                        flat_out(warm),
+                        |n| answered.store(n, Ordering::Release),
+                    )
+                    .await?
+                }
+            };
             acked.store(counts.total, Ordering::Release);
             wait_durable(&sampler, counts.total, Duration::from_secs(120)).await?;
             eprintln!(
@@ -432,10 +487,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let t = Instant::now();
             let base = counts.total;
             let ack_counter = acked.clone();
-            let more = kafka::produce(&producer, &topic, &mut generator, paced(scenario), |n| {
-                ack_counter.store(base + n, Ordering::Release);
-            })
-            .await?;
+            let more = match args.target {
+                Target::Kafka => {
+                    kafka::produce(&producer, &topic, &mut generator, paced(scenario), |n| {
+                        ack_counter.store(base + n, Ordering::Release);
+                    })
+                    .await?
+                }
+                Target::Http => {
+                    let answered = http_acked.clone();
+                    http_target::produce(
+                        &client,
+                        &ingest_url,
+                        &mut generator,
+                        paced(scenario),
+                        |n| {
+                            ack_counter.store(base + n, Ordering::Release);
+                            answered.store(base + n, Ordering::Release);
+                        },
+                    )
+                    .await?
+                }
+            };
             let produce_seconds = t.elapsed().as_secs_f64();
             counts.total += more.total;
             counts.valid += more.valid;
@@ -488,16 +561,37 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         scenario.partitions,
         produced.total,
     );
-    let (raw_records, raw_seconds) = tokio::task::spawn_blocking(move || {
-        kafka::raw_consume(
-            &kafka_addr,
-            &topic_name,
-            partitions,
-            total,
-            Duration::from_secs(300),
-        )
-    })
-    .await??;
+    let (raw_records, raw_seconds) = match args.target {
+        Target::Kafka => {
+            tokio::task::spawn_blocking(move || {
+                kafka::raw_consume(
+                    &kafka_addr,
+                    &topic_name,
+                    partitions,
+                    total,
+                    Duration::from_secs(300),
+                )
+            })
+            .await??
+        }
+        // Nothing was produced to Kafka; the HTTP run's limit is the raw POST rate below.
+        Target::Http => (0, 0.0),
+    };
+    let raw_post_rate = match args.target {
+        Target::Kafka => None,
+        Target::Http => {
+            let r = Receivers::start(Default::default()).await?;
+            Some(
+                crate::receiver::raw_post_rate(
+                    &r.url("baseline"),
+                    32,
+                    Duration::from_secs(5),
+                    scenario.payload_bytes,
+                )
+                .await?,
+            )
+        }
+    };
     let durable = samples.last().map_or(0, |s| s.durable);
     let (durable_rate, durable_seconds, startup, max_lag) = figures(&samples, produced.total);
     let report = Report {
@@ -515,7 +609,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             raw_consume_records: raw_records,
             raw_consume_seconds: raw_seconds,
             raw_consume_rate: raw_records as f64 / raw_seconds.max(1e-9),
+            raw_post_rate,
         },
+        target: args.target,
         hub: HubFigures {
             durable_rate,
             durable_seconds,
