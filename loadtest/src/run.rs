@@ -207,6 +207,28 @@ fn delivery_figures(
     }
 }
 
+/// The physical limit of a POST path on this machine: 32 keep-alive clients POSTing a body of the
+/// scenario's size to the receiver for 5 s.
+async fn raw_post_baseline(r: &Receivers, body_bytes: usize) -> anyhow::Result<f64> {
+    crate::receiver::raw_post_rate(&r.url("baseline"), 32, Duration::from_secs(5), body_bytes).await
+}
+
+/// Sends records to the run's target as `budget` allows (`on_ack` after each durable answer or
+/// Kafka acknowledgement).
+async fn send(
+    target: Target,
+    (producer, topic): (&rdkafka::producer::FutureProducer, &str),
+    (client, ingest_url): (&reqwest::Client, &str),
+    generator: &mut Generator,
+    budget: impl FnMut(Duration, u64) -> kafka::Budget,
+    on_ack: impl FnMut(u64),
+) -> anyhow::Result<ProducedCounts> {
+    match target {
+        Target::Kafka => kafka::produce(producer, topic, generator, budget, on_ack).await,
+        Target::Http => http_target::produce(client, ingest_url, generator, budget, on_ack).await,
+    }
+}
+
 /// Produce as fast as Kafka takes it.
 fn flat_out(records: u64) -> impl FnMut(Duration, u64) -> Budget {
     move |_, n| {
@@ -461,23 +483,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 .build()?;
             // Warm-up: a few records, until the hub has joined the group and made them durable.
             let warm = u64::try_from(scenario.partitions).unwrap_or(1) * 10;
-            let mut counts = match args.target {
-                Target::Kafka => {
-                    kafka::produce(&producer, &topic, &mut generator, flat_out(warm), |_| {})
-                        .await?
-                }
-                Target::Http => {
-                    let answered = http_acked.clone();
-                    http_target::produce(
-                        &client,
-                        &ingest_url,
-                        &mut generator,
-                        flat_out(warm),
-                        |n| answered.store(n, Ordering::Release),
-                    )
-                    .await?
-                }
-            };
+            let answered = http_acked.clone();
+            let mut counts = send(
+                args.target,
+                (&producer, &topic),
+                (&client, &ingest_url),
+                &mut generator,
+                flat_out(warm),
+                |n| answered.store(n, Ordering::Release),
+            )
+            .await?;
             acked.store(counts.total, Ordering::Release);
             wait_durable(&sampler, counts.total, Duration::from_secs(120)).await?;
             eprintln!(
@@ -487,28 +502,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let t = Instant::now();
             let base = counts.total;
             let ack_counter = acked.clone();
-            let more = match args.target {
-                Target::Kafka => {
-                    kafka::produce(&producer, &topic, &mut generator, paced(scenario), |n| {
-                        ack_counter.store(base + n, Ordering::Release);
-                    })
-                    .await?
-                }
-                Target::Http => {
-                    let answered = http_acked.clone();
-                    http_target::produce(
-                        &client,
-                        &ingest_url,
-                        &mut generator,
-                        paced(scenario),
-                        |n| {
-                            ack_counter.store(base + n, Ordering::Release);
-                            answered.store(base + n, Ordering::Release);
-                        },
-                    )
-                    .await?
-                }
-            };
+            let answered = http_acked.clone();
+            let more = send(
+                args.target,
+                (&producer, &topic),
+                (&client, &ingest_url),
+                &mut generator,
+                paced(scenario),
+                |n| {
+                    ack_counter.store(base + n, Ordering::Release);
+                    answered.store(base + n, Ordering::Release);
+                },
+            )
+            .await?;
             let produce_seconds = t.elapsed().as_secs_f64();
             counts.total += more.total;
             counts.valid += more.valid;
@@ -536,13 +542,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let delivery = match (&receivers, subscribed) {
         (Some(r), Some(sub)) => {
             eprintln!("[loadtest] raw POST baseline against the receiver");
-            let raw_post_rate = crate::receiver::raw_post_rate(
-                &r.url("baseline"),
-                32,
-                Duration::from_secs(5),
-                scenario.payload_bytes,
-            )
-            .await?;
+            let raw_post_rate = raw_post_baseline(r, scenario.payload_bytes).await?;
             Some(delivery_figures(
                 r,
                 sub,
@@ -581,15 +581,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         Target::Kafka => None,
         Target::Http => {
             let r = Receivers::start(Default::default()).await?;
-            Some(
-                crate::receiver::raw_post_rate(
-                    &r.url("baseline"),
-                    32,
-                    Duration::from_secs(5),
-                    scenario.payload_bytes,
-                )
-                .await?,
-            )
+            Some(raw_post_baseline(&r, scenario.payload_bytes).await?)
         }
     };
     let durable = samples.last().map_or(0, |s| s.durable);
