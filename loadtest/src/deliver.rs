@@ -10,17 +10,17 @@ use crate::receiver::{Behaviour, Receivers};
 use crate::scenario::DeliverySpec;
 
 /// What was subscribed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Subscribed {
     pub subscriptions: usize,
     /// Destinations every tenant has and that answer 2xx: every event reaches each once.
-    pub checked: &'static [String],
+    pub checked: Vec<String>,
 }
 
 impl Subscribed {
     /// Unique deliveries seen at the checked destinations.
     pub fn checked_deliveries(&self, receivers: &Receivers) -> u64 {
-        let names = self.checked;
+        let names = &self.checked;
         receivers
             .seen(|s| {
                 s.unique_events
@@ -127,7 +127,6 @@ pub async fn subscribe(
         .collect();
     Ok(Subscribed {
         subscriptions,
-        // Lives for the run; leaked once so the figure can be `Copy`.
-        checked: Box::leak(checked.into_boxed_slice()),
+        checked,
     })
 }

@@ -138,14 +138,14 @@ async fn wait_durable(sampler: &Sampler, total: u64, limit: Duration) -> anyhow:
 }
 
 /// Unique deliveries a run expects: every valid event at every destination that answers 2xx.
-fn expected(counts: &ProducedCounts, subscribed: Option<Subscribed>) -> u64 {
+fn expected(counts: &ProducedCounts, subscribed: Option<&Subscribed>) -> u64 {
     subscribed.map_or(0, |s| counts.valid * s.checked.len() as u64)
 }
 
 /// Waits until the checked destinations have every event.
 async fn wait_delivered(
     receivers: Option<&Receivers>,
-    subscribed: Option<Subscribed>,
+    subscribed: Option<&Subscribed>,
     expected: u64,
 ) -> anyhow::Result<()> {
     let (Some(r), Some(sub)) = (receivers, subscribed) else {
@@ -165,7 +165,7 @@ async fn wait_delivered(
 
 fn delivery_figures(
     r: &Receivers,
-    sub: Subscribed,
+    sub: &Subscribed,
     produced: &ProducedCounts,
     samples: &[Sample],
     counters: &BTreeMap<String, u64>,
@@ -452,8 +452,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
             wait_delivered(
                 receivers.as_ref(),
-                subscribed,
-                expected(&counts, subscribed),
+                subscribed.as_ref(),
+                expected(&counts, subscribed.as_ref()),
             )
             .await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
@@ -527,8 +527,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let drain = end.elapsed().as_secs_f64();
             wait_delivered(
                 receivers.as_ref(),
-                subscribed,
-                expected(&counts, subscribed),
+                subscribed.as_ref(),
+                expected(&counts, subscribed.as_ref()),
             )
             .await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
@@ -539,7 +539,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let counters = hub.metrics().await?;
     let (rss_end, rss_peak) = hub::rss_kib(hub.pid()).unwrap_or((0, 0));
     hub.stop()?;
-    let delivery = match (&receivers, subscribed) {
+    let delivery = match (&receivers, &subscribed) {
         (Some(r), Some(sub)) => {
             eprintln!("[loadtest] raw POST baseline against the receiver");
             let raw_post_rate = raw_post_baseline(r, scenario.payload_bytes).await?;

@@ -21,7 +21,9 @@ const PAGE: usize = 1000;
 #[derive(Debug, Default)]
 pub struct Subscriptions {
     index: RwLock<Arc<MatchIndex>>,
-    known: Mutex<HashMap<(String, Uuid), Arc<Subscription>>>,
+    /// By id (ids are unique across tenants); a lookup checks the tenant, so no key is built
+    /// per job on the delivery path.
+    known: Mutex<HashMap<Uuid, Arc<Subscription>>>,
 }
 
 impl Subscriptions {
@@ -36,7 +38,7 @@ impl Subscriptions {
     /// The subscription as of the last change applied (`None` once deleted or never seen).
     pub fn get(&self, tenant: &str, id: Uuid) -> Option<Arc<Subscription>> {
         let known = self.known.lock().ok()?;
-        known.get(&(tenant.to_owned(), id)).cloned()
+        known.get(&id).filter(|s| s.tenant == tenant).cloned()
     }
 
     /// Every subscription known (the automatic prober walks them).
@@ -60,8 +62,8 @@ impl Subscriptions {
                 let current = store.get(&c.tenant, c.id).await?;
                 if let Ok(mut known) = self.known.lock() {
                     match current {
-                        Some(s) => known.insert((c.tenant.clone(), c.id), Arc::new(s)),
-                        None => known.remove(&(c.tenant.clone(), c.id)),
+                        Some(s) => known.insert(c.id, Arc::new(s)),
+                        None => known.remove(&c.id),
                     };
                 }
             }
