@@ -87,23 +87,26 @@ impl MatchIndex {
 
     /// The subscriptions that want `ev`.
     pub fn matches(&self, ev: &EventFacts<'_>) -> Vec<Uuid> {
-        self.wanting(ev).map(|e| e.id).collect()
+        self.wanting(ev, false)
     }
 
     /// The subscriptions that want `ev` delivered (push sinks): one job each (R-DI-1).
     pub fn jobs_for(&self, ev: &EventFacts<'_>) -> Vec<Uuid> {
-        self.wanting(ev).filter(|e| e.push).map(|e| e.id).collect()
+        self.wanting(ev, true)
     }
 
-    fn wanting<'s>(&'s self, ev: &'s EventFacts<'_>) -> impl Iterator<Item = &'s Entry> + 's {
-        self.tenants.get(ev.tenant).into_iter().flat_map(move |t| {
-            t.by_key
-                .get(ev.key)
-                .into_iter()
-                .flatten()
-                .chain(&t.all_keys)
-                .filter(move |e| e.wants(ev))
-        })
+    fn wanting(&self, ev: &EventFacts<'_>, push_only: bool) -> Vec<Uuid> {
+        let Some(t) = self.tenants.get(ev.tenant) else {
+            return Vec::new();
+        };
+        t.by_key
+            .get(ev.key)
+            .into_iter()
+            .flatten()
+            .chain(&t.all_keys)
+            .filter(|e| (e.push || !push_only) && e.wants(ev))
+            .map(|e| e.id)
+            .collect()
     }
 }
 
