@@ -10,7 +10,7 @@ use hub_control::service::Control;
 use super::autodisable::Policy;
 use super::follow::{follow, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig};
-use crate::config::{HubConfig, StoreKind};
+use crate::config::HubConfig;
 use crate::ingest::jobs::JobRouting;
 use crate::runtime::TokioBridge;
 use crate::store::{Lane, Store};
@@ -61,18 +61,6 @@ impl Delivery {
             },
             ..LaneConfig::default()
         };
-        if config.store == StoreKind::Cql {
-            tracing::warn!("delivery is not built on the CQL store yet: events are stored, no jobs are created");
-            return Ok(Self {
-                routing: None,
-                counters,
-                wakes: Vec::new(),
-                shards,
-                control: control.clone(),
-                lane,
-                stop,
-            });
-        }
         let subs = Arc::new(Subscriptions::default());
         // The index is loaded before any shard ingests: an event ingested right after a restart
         // must match the subscriptions that existed before it, or its jobs would be lost.

@@ -154,3 +154,68 @@ impl DeliveryStats {
 /// The jobs an ingest batch creates for one event: the matching subscriptions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Matches(pub Vec<Uuid>);
+
+/// What a settlement does to a stored job; both stores apply it the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobChange {
+    /// The job is done (delivered or cancelled): removed.
+    Remove,
+    /// The job stays, rewritten (its due time moves with it).
+    Rewrite(JobRecord),
+    /// The job becomes a dead letter with this reason (in its last state).
+    Bury(JobRecord, String),
+}
+
+/// The change a settlement makes to `job`, and the attempt outcome it records in the
+/// subscription's statistics (if an attempt was made).
+pub fn settle_job<'a>(
+    job: &JobRecord,
+    settled: &'a Settled,
+) -> (JobChange, Option<&'a AttemptRecord>) {
+    match settled {
+        Settled::Delivered(a) => (JobChange::Remove, Some(a)),
+        Settled::RetryAt(at, a) => {
+            let mut next = job.clone();
+            next.attempts += 1;
+            next.due_at_ms = *at;
+            next.last = Some(a.clone());
+            (JobChange::Rewrite(next), Some(a))
+        }
+        Settled::Deferred(at) => {
+            let mut next = job.clone();
+            next.due_at_ms = *at;
+            (JobChange::Rewrite(next), None)
+        }
+        Settled::DeadLetter { reason, attempt } => {
+            let mut last = job.clone();
+            if let Some(a) = attempt {
+                last.attempts += 1;
+                last.last = Some(a.clone());
+            }
+            (JobChange::Bury(last, reason.clone()), attempt.as_ref())
+        }
+        Settled::Cancelled => (JobChange::Remove, None),
+    }
+}
+
+/// Leases `job` until `lease_until_ms` (one more start), or says why it is poison instead: its
+/// started attempts lapsed `recovery_limit` times without an outcome (R-DI-8).
+pub fn lease_job(
+    job: &JobRecord,
+    lease_until_ms: i64,
+    recovery_limit: u32,
+) -> Result<JobRecord, String> {
+    if job.recoveries() >= recovery_limit {
+        return Err(format!(
+            "poison: {} started attempts ended without an outcome",
+            job.recoveries()
+        ));
+    }
+    let mut next = job.clone();
+    next.starts += 1;
+    next.due_at_ms = lease_until_ms;
+    Ok(next)
+}
+
+/// Why a job whose event is gone is dead-lettered.
+pub const EVENT_GONE: &str = "event no longer stored";

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use std::collections::HashSet;
+
 use hub_engine::store::conformance::{event, run_all};
 use hub_engine::store::cql::{CqlSettings, CqlStore};
-use hub_engine::store::{IngestBatch, Store, UnitId};
+use hub_engine::store::{DeliveryStep, Fence, IngestBatch, Lane, Matches, Store, UnitId};
 use hub_tests::{report, require, unique, CQL};
 use scylla::client::session_builder::SessionBuilder;
 
@@ -47,6 +49,173 @@ async fn r_op_2_cql_store_passes_the_conformance_suite() {
     report(
         "cassandra",
         &format!("{CQL}: store conformance suite passed (namespace {ns})"),
+    );
+}
+
+/// Lanes of their own for this run: the keyspace outlives runs, and a lane is held by one store
+/// (process) at a time.
+fn fresh_lanes() -> Lane {
+    let spread = (uuid::Uuid::now_v7().as_u128() % 100_000_000) as u32;
+    1_000 + spread * 8
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_cql_store_passes_the_delivery_conformance_suite() {
+    require("cassandra", CQL);
+    let store = CqlStore::connect(settings()).await.expect("connect");
+    let ns = unique("cqljobs");
+    let lanes = fresh_lanes();
+    hub_engine::store::conformance_jobs::run_all(Arc::new(store), &ns, lanes).await;
+    report(
+        "cassandra",
+        &format!(
+            "{CQL}: delivery conformance suite passed (lanes {lanes}..{})",
+            lanes + 4
+        ),
+    );
+}
+
+async fn due_of(store: &dyn Store, lane: Lane, now: i64) -> Vec<hub_engine::store::JobRecord> {
+    store
+        .due_jobs(vec![lane], now, 100, 1000, 0, Arc::new(HashSet::new()))
+        .await
+        .expect("due jobs")
+}
+
+/// R-DI-1 / R-IN-7: a crash after the append but before the jobs (the batch was not finished, so
+/// the offset did not move) is replayed as the event's own claim: the replay writes the jobs. A
+/// later replay of the same batch does not undo what delivery did to them since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_cql_replay_writes_the_jobs_a_crash_left_out_and_never_undoes_a_lease() {
+    require("cassandra", CQL);
+    let store = CqlStore::connect(settings()).await.expect("connect");
+    let ns = unique("cqljobreplay");
+    let lane = fresh_lanes();
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
+    let mut ev = event(&format!("{ns}-t"), "x.created");
+    ev.offset = 7;
+    let now = ev.received_at_ms;
+    let sub = uuid::Uuid::now_v7();
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    let batch = |matches: Vec<Matches>| {
+        Arc::new(IngestBatch {
+            events: vec![ev.clone()],
+            matches,
+            lane,
+            next_offset: Some(8),
+            ..Default::default()
+        })
+    };
+    // The crashed attempt: the event appended, no jobs (as if it died right after the append).
+    let first = store
+        .write_batch(&unit, fence, batch(vec![]))
+        .await
+        .expect("first");
+    assert_eq!(first.stored.len(), 1);
+    assert!(due_of(&store, lane, now).await.is_empty());
+    // The replay: the event is a duplicate, its jobs are written.
+    let replay = store
+        .write_batch(&unit, fence, batch(vec![Matches(vec![sub])]))
+        .await
+        .expect("replay");
+    assert_eq!(replay.duplicates.len(), 1, "no second copy of the event");
+    let jobs = due_of(&store, lane, now).await;
+    assert_eq!(jobs.len(), 1, "the replay wrote the job");
+    assert_eq!((jobs[0].event_id, jobs[0].subscription), (ev.id, sub));
+    // Lease it; a further replay of the batch must not bring the job back as due.
+    let leased = store
+        .delivery_step(DeliveryStep {
+            settle: vec![],
+            start: vec![jobs[0].id],
+            lease_until_ms: now + 60_000,
+            now_ms: now,
+            recovery_limit: 5,
+        })
+        .await
+        .expect("lease");
+    assert_eq!(leased.started.len(), 1);
+    assert_eq!(leased.started[0].event.event.id, ev.id);
+    store
+        .write_batch(&unit, fence, batch(vec![Matches(vec![sub])]))
+        .await
+        .expect("second replay");
+    assert!(
+        due_of(&store, lane, now + 1).await.is_empty(),
+        "the lease stands"
+    );
+    let lapsed = due_of(&store, lane, now + 60_000).await;
+    assert_eq!(lapsed.len(), 1);
+    assert_eq!(lapsed[0].starts, 1, "the lease is counted once");
+    report(
+        "cassandra",
+        &format!("{CQL}: a replayed batch wrote its missing job once and left its lease alone"),
+    );
+}
+
+/// R-DI-8 across engines: a lane is paged by one holder at a time; when the holder is gone (its
+/// hold lapses) the next one takes the lane and its leased jobs are due at once, counted as
+/// recoveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_8_cql_a_new_lane_holder_releases_the_old_holders_leases() {
+    require("cassandra", CQL);
+    let first = CqlStore::connect(settings()).await.expect("connect");
+    let second = CqlStore::connect(settings()).await.expect("connect");
+    let ns = unique("cqlhold");
+    let lane = fresh_lanes();
+    let unit = UnitId::new(format!("http:{ns}"), 0);
+    let ev = event(&format!("{ns}-t"), "x.created");
+    let now = ev.received_at_ms;
+    let batch = IngestBatch {
+        events: vec![ev.clone()],
+        matches: vec![Matches(vec![uuid::Uuid::now_v7()])],
+        lane,
+        ..Default::default()
+    };
+    first
+        .write_batch(&unit, Fence::UNFENCED, Arc::new(batch))
+        .await
+        .expect("write");
+    let jobs = due_of(&first, lane, now).await;
+    assert_eq!(jobs.len(), 1);
+    assert!(
+        due_of(&second, lane, now).await.is_empty(),
+        "a held lane is paged by its holder only"
+    );
+    // Leased far ahead: only the holder's release can make it due before then.
+    let step = DeliveryStep {
+        settle: vec![],
+        start: vec![jobs[0].id],
+        lease_until_ms: hub_engine::clock::now_ms() + 300_000,
+        now_ms: now,
+        recovery_limit: 5,
+    };
+    assert_eq!(
+        first
+            .delivery_step(step)
+            .await
+            .expect("lease")
+            .started
+            .len(),
+        1
+    );
+    drop(first); // the holder is gone without a word, as after kill -9
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let released = loop {
+        let due = due_of(&second, lane, hub_engine::clock::now_ms()).await;
+        if !due.is_empty() || std::time::Instant::now() > deadline {
+            break due;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert_eq!(released.len(), 1, "the new holder released the lease");
+    assert_eq!(
+        released[0].recoveries(),
+        1,
+        "the lapse counts as a recovery"
+    );
+    report(
+        "cassandra",
+        &format!("{CQL}: a new lane holder took lane {lane} and released the old holder's lease"),
     );
 }
 

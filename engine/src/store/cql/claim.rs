@@ -32,15 +32,28 @@ const BATCH_CLAIM_ROUNDS: usize = 3;
 /// claims have no owner to fence, so a second request waits this long before finishing one.
 const HTTP_CLAIM_GRACE_MS: i64 = 10_000;
 
-/// What a claim found.
+/// What a claim found. `claimed_at` is the claim's recorded time: the write timestamp of the
+/// event's jobs, the same in every replay of the claim.
 #[derive(Debug, Clone, Copy)]
 enum Claim {
     /// First write of this id: append it at (or near) `intent`.
-    New { intent: u64 },
+    New { intent: u64, claimed_at: i64 },
     /// Our own earlier claim, not yet in the log: append it.
-    Resume { intent: u64 },
+    Resume { intent: u64, claimed_at: i64 },
+    /// Our own earlier claim, already in the log at `seq` (a replay after the append): no
+    /// append, but its jobs are written again (idempotently), since the earlier attempt may have
+    /// ended before them.
+    Stored { seq: u64, claimed_at: i64 },
     /// Already stored, or claimed by another record.
     Duplicate,
+}
+
+/// An event of the batch whose jobs are to be written: its index, its seq, its claim's time.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Appended {
+    pub index: usize,
+    pub seq: u64,
+    pub claimed_at: i64,
 }
 
 /// Who claims: the Kafka position, or for HTTP the source and the id.
@@ -89,7 +102,10 @@ impl CqlStore {
             .await
             .map_err(unavailable)?)?;
         if answer.applied {
-            return Ok(Claim::New { intent });
+            return Ok(Claim::New {
+                intent,
+                claimed_at: now,
+            });
         }
         if answer.text("origin") != Some(origin.as_str()) {
             return Ok(Claim::Duplicate);
@@ -98,16 +114,23 @@ impl CqlStore {
             .bigint("intent")
             .and_then(|i| u64::try_from(i).ok())
             .unwrap_or(intent);
+        let claimed_at = answer.bigint("claimed_at").unwrap_or(0);
         if self.log_id_at(&event.tenant, prior).await? == Some(event.id) {
-            return Ok(Claim::Duplicate);
+            return Ok(Claim::Stored {
+                seq: prior,
+                claimed_at,
+            });
         }
-        if !fenced && now - answer.bigint("claimed_at").unwrap_or(0) < HTTP_CLAIM_GRACE_MS {
+        if !fenced && now - claimed_at < HTTP_CLAIM_GRACE_MS {
             return Err(StoreError::Unavailable(format!(
                 "event {} is still being written by another request; retry shortly",
                 event.id
             )));
         }
-        Ok(Claim::Resume { intent: prior })
+        Ok(Claim::Resume {
+            intent: prior,
+            claimed_at,
+        })
     }
 
     /// Claims several ids of one dedup partition with one conditional batch (one Paxos round
@@ -157,11 +180,13 @@ impl CqlStore {
                     .map_err(unavailable)?,
             )?;
             if applied {
-                out.extend(
-                    members
-                        .iter()
-                        .map(|&i| (i, Claim::New { intent: guesses[i] })),
-                );
+                out.extend(members.iter().map(|&i| {
+                    let claim = Claim::New {
+                        intent: guesses[i],
+                        claimed_at: now,
+                    };
+                    (i, claim)
+                }));
                 members.clear();
                 break; // the clashing ids set aside in earlier rounds still need their claim
             }
@@ -184,12 +209,14 @@ impl CqlStore {
 
     /// Records a batch's events: claims, then one append per tenant (tenants in parallel, each
     /// tenant's events in batch order, so a partition's order is each tenant's seq order).
+    /// Returns the outcome and the events whose jobs are to be written (new ones, and our own
+    /// claims a crash left before their jobs).
     pub(super) async fn store_events(
         &self,
         unit: &UnitId,
         fenced: bool,
         events: &[InboxEvent],
-    ) -> Result<BatchOutcome, StoreError> {
+    ) -> Result<(BatchOutcome, Vec<Appended>), StoreError> {
         let mut seen = HashSet::new();
         let first: Vec<bool> = events
             .iter()
@@ -243,8 +270,21 @@ impl CqlStore {
         claims.sort_unstable_by_key(|(i, _)| *i);
 
         let mut by_tenant: HashMap<&str, Vec<Pending<'_>>> = HashMap::new();
+        let mut claimed_at: HashMap<usize, i64> = HashMap::new();
+        let mut appended = Vec::new();
         for (i, claim) in &claims {
-            if let Claim::New { intent } | Claim::Resume { intent } = *claim {
+            match *claim {
+                Claim::New { claimed_at: at, .. } | Claim::Resume { claimed_at: at, .. } => {
+                    claimed_at.insert(*i, at);
+                }
+                Claim::Stored { seq, claimed_at } => appended.push(Appended {
+                    index: *i,
+                    seq,
+                    claimed_at,
+                }),
+                Claim::Duplicate => {}
+            }
+            if let Claim::New { intent, .. } | Claim::Resume { intent, .. } = *claim {
                 let event = &events[*i];
                 by_tenant
                     .entry(event.tenant.as_str())
@@ -253,18 +293,28 @@ impl CqlStore {
             }
         }
         let started = Instant::now();
-        let appended = futures::future::try_join_all(
+        let written = futures::future::try_join_all(
             by_tenant
                 .into_iter()
                 .map(|(tenant, pending)| self.append(tenant, pending)),
         )
         .await?;
         self.timings.record(LOG_APPENDS, started);
-        let seqs: HashMap<(&str, Uuid), u64> = appended
+        let seqs: HashMap<(&str, Uuid), u64> = written
             .into_iter()
             .flatten()
             .map(|(tenant, id, seq)| ((tenant, id), seq))
             .collect();
+        for (&index, &at) in &claimed_at {
+            let e = &events[index];
+            if let Some(&seq) = seqs.get(&(e.tenant.as_str(), e.id)) {
+                appended.push(Appended {
+                    index,
+                    seq,
+                    claimed_at: at,
+                });
+            }
+        }
 
         let mut outcome = BatchOutcome::default();
         let mut stored_once = HashSet::new();
@@ -276,6 +326,6 @@ impl CqlStore {
                 _ => outcome.duplicates.push((e.tenant.clone(), e.id)),
             }
         }
-        Ok(outcome)
+        Ok((outcome, appended))
     }
 }

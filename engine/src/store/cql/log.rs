@@ -35,7 +35,7 @@ const APPEND_ATTEMPTS: usize = 1000;
 pub(super) type BoxedRow<'a> = Box<dyn SerializeRow + Send + Sync + 'a>;
 
 impl CqlStore {
-    fn bucket_of(&self, seq: u64) -> u64 {
+    pub(super) fn bucket_of(&self, seq: u64) -> u64 {
         seq / self.settings.bucket_size
     }
 

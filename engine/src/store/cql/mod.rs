@@ -11,14 +11,23 @@
 //!   conditional batch that writes the events: seqs appear all at once and in order, so a reader
 //!   never skips, whichever engine writes. See `log.rs`.
 //! - **Forensics**: quarantine and DLQ rows claimed once per Kafka position. See `forensics.rs`.
+//! - **Jobs** (R-DI-1): written after their event's append, before the unit's offset; moved and
+//!   settled in a crash-safe order (`jobs.rs`), paged per queue from a floor (`paging.rs`) by the
+//!   engine holding the lane (`lanes.rs`); dead letters and per-lane statistics in `outcomes.rs`.
 //!
-//! The order of writes in a batch is fence check → (claims → appends, and forensics alongside) →
-//! unit offset, so the offset moves last and only after everything before it is durable (R-IN-7).
+//! The order of writes in a batch is fence check → (claims → appends → jobs, and forensics
+//! alongside) → unit offset, so the offset moves last and only after everything before it is
+//! durable (R-IN-7).
 
 mod claim;
 mod forensics;
+mod job_statements;
+mod jobs;
+mod lanes;
 mod log;
 mod lwt;
+mod outcomes;
+mod paging;
 mod statements;
 
 use std::collections::HashMap;
@@ -34,6 +43,7 @@ use super::{
     BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
     Store, StoreError, StoredEvent, UnitId,
 };
+use job_statements::JobStatements;
 use lwt::lwt;
 use statements::Statements;
 
@@ -78,7 +88,11 @@ impl Default for CqlSettings {
 pub struct CqlStore {
     session: Session,
     st: Statements,
+    jt: JobStatements,
     settings: CqlSettings,
+    /// The delivery lanes this process holds.
+    holds: lanes::Holds,
+    paging: paging::PagingState,
     /// Last known head per tenant: a guess that saves a read; a wrong guess costs one failed
     /// condition, never correctness.
     heads: Mutex<HashMap<String, u64>>,
@@ -92,14 +106,16 @@ const PHASES: &[&str] = &[
     "fence_check",
     "dedup_claims",
     "log_appends",
+    "jobs",
     "forensics",
     "unit_offset",
 ];
 const FENCE_CHECK: usize = 0;
 pub(crate) const DEDUP_CLAIMS: usize = 1;
 pub(crate) const LOG_APPENDS: usize = 2;
-const FORENSICS: usize = 3;
-const UNIT_OFFSET: usize = 4;
+const JOBS: usize = 3;
+const FORENSICS: usize = 4;
+const UNIT_OFFSET: usize = 5;
 
 impl std::fmt::Debug for CqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -119,7 +135,11 @@ pub(crate) fn as_i64(v: u64) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(unavailable)
 }
 
-const SCHEMA: &str = include_str!("../../../../schema/cql/ingest.cql");
+const SCHEMA: &str = concat!(
+    include_str!("../../../../schema/cql/ingest.cql"),
+    "\n",
+    include_str!("../../../../schema/cql/delivery.cql")
+);
 
 impl CqlStore {
     /// Connects, creates the keyspace and tables if missing, prepares every statement.
@@ -133,10 +153,14 @@ impl CqlStore {
         .await
         .map_err(StoreError::Unavailable)?;
         let st = Statements::prepare_all(&session).await?;
+        let jt = JobStatements::prepare_all(&session).await?;
         Ok(Self {
             session,
             st,
+            jt,
             settings,
+            holds: lanes::Holds::new(),
+            paging: paging::PagingState::default(),
             heads: Mutex::new(HashMap::new()),
             last_qid: AtomicU64::new(0),
             timings: PhaseTimings::new(PHASES),
@@ -205,57 +229,57 @@ const CLAIM_ATTEMPTS: usize = 64;
 
 #[async_trait]
 impl Store for CqlStore {
-    // Delivery on CQL (jobs written with the event batch, paged by lane and due bucket) is not
-    // built yet: the engine refuses to start delivery on this store (see `hub.rs`).
     async fn due_jobs(
         &self,
-        _lanes: Vec<super::Lane>,
-        _now_ms: i64,
-        _per_tenant: usize,
-        _limit: usize,
-        _rotation: u64,
-        _skip: Arc<std::collections::HashSet<u128>>,
+        lanes: Vec<super::Lane>,
+        now_ms: i64,
+        per_tenant: usize,
+        limit: usize,
+        rotation: u64,
+        skip: Arc<std::collections::HashSet<u128>>,
     ) -> Result<Vec<super::JobRecord>, StoreError> {
-        Err(no_delivery())
+        self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)
+            .await
     }
 
     async fn delivery_step(
         &self,
-        _step: super::DeliveryStep,
+        step: super::DeliveryStep,
     ) -> Result<super::StepOutcome, StoreError> {
-        Err(no_delivery())
+        self.step(step).await
     }
 
     async fn dead_letters(
         &self,
-        _tenant: &str,
-        _subscription: uuid::Uuid,
-        _cursor: Option<u128>,
-        _limit: usize,
+        tenant: &str,
+        subscription: uuid::Uuid,
+        cursor: Option<u128>,
+        limit: usize,
     ) -> Result<(Vec<super::DeadLetter>, Option<u128>), StoreError> {
-        Err(no_delivery())
+        self.list_dead_letters(tenant, subscription, cursor, limit)
+            .await
     }
 
     async fn replay_dead_letters(
         &self,
-        _tenant: &str,
-        _subscription: uuid::Uuid,
-        _jobs: Option<Vec<u128>>,
-        _now_ms: i64,
+        tenant: &str,
+        subscription: uuid::Uuid,
+        jobs: Option<Vec<u128>>,
+        now_ms: i64,
     ) -> Result<u64, StoreError> {
-        Err(no_delivery())
+        self.replay(tenant, subscription, jobs, now_ms).await
     }
 
     async fn delivery_stats(
         &self,
-        _tenant: &str,
-        _subscription: uuid::Uuid,
+        tenant: &str,
+        subscription: uuid::Uuid,
     ) -> Result<super::DeliveryStats, StoreError> {
-        Err(no_delivery())
+        self.subscription_stats(tenant, subscription).await
     }
 
     async fn pending_jobs(&self) -> Result<u64, StoreError> {
-        Err(no_delivery())
+        self.pending().await
     }
 
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
@@ -317,9 +341,15 @@ impl Store for CqlStore {
             self.timings.record(FORENSICS, started);
             Ok::<_, StoreError>(n)
         };
-        let (mut outcome, quarantined) =
-            futures::future::try_join(self.store_events(unit, fenced, &batch.events), forensics)
-                .await?;
+        let events = async {
+            let (outcome, appended) = self.store_events(unit, fenced, &batch.events).await?;
+            // R-DI-1: the jobs are durable before the unit's offset moves past their events.
+            let started = Instant::now();
+            self.create_jobs(&batch, &appended).await?;
+            self.timings.record(JOBS, started);
+            Ok::<_, StoreError>(outcome)
+        };
+        let (mut outcome, quarantined) = futures::future::try_join(events, forensics).await?;
         outcome.quarantined = quarantined;
         if let (Some(next), true) = (batch.next_offset, fenced) {
             let started = Instant::now();
@@ -395,8 +425,4 @@ impl Store for CqlStore {
     fn write_timings(&self) -> Vec<PhaseTotal> {
         self.timings.snapshot()
     }
-}
-
-fn no_delivery() -> StoreError {
-    StoreError::Unavailable("delivery is not built on the CQL store yet".into())
 }

@@ -34,16 +34,18 @@ pub struct Statements {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     /// A plain read or write.
     Plain,
     /// A read that settles in-flight lightweight transactions first.
     SerialRead,
     /// A conditional write (or one statement of a conditional batch).
     Conditional,
+    /// A plain write that must not be retried blindly (counter updates).
+    NotIdempotent,
 }
 
-async fn prepare(
+pub(super) async fn prepare(
     session: &Session,
     cql: &str,
     kind: Kind,
@@ -53,7 +55,7 @@ async fn prepare(
         .await
         .map_err(|e| StoreError::Unavailable(format!("preparing `{cql}`: {e}")))?;
     match kind {
-        Kind::Plain => stmt.set_consistency(Consistency::LocalQuorum),
+        Kind::Plain | Kind::NotIdempotent => stmt.set_consistency(Consistency::LocalQuorum),
         Kind::SerialRead => stmt.set_consistency(Consistency::LocalSerial),
         Kind::Conditional => {
             stmt.set_consistency(Consistency::LocalQuorum);

@@ -13,8 +13,8 @@ use super::tables::*;
 use super::unavailable;
 use crate::store::codec::{decode, encode};
 use crate::store::{
-    AttemptRecord, DeadLetter, DeliveryStats, DeliveryStep, JobRecord, Lane, Settled, Started,
-    StepOutcome, StoreError, StoredEvent,
+    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, JobChange, JobRecord, Lane,
+    Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
 };
 
 /// The delivery tables, opened once per write transaction.
@@ -168,57 +168,38 @@ pub(super) fn apply_step(
         let Some(job) = t.load(s.job)? else {
             continue; // replayed, cancelled or settled by an earlier step
         };
-        let mut count = |t: &JobTables<'_>, a: &AttemptRecord| -> Result<(), StoreError> {
+        let (change, attempt) = settle_job(&job, &s.settled);
+        if let Some(a) = attempt {
             stats.get(t, &job.tenant, job.subscription)?.record(a);
             if !a.success {
                 failing.insert((job.tenant.clone(), job.subscription));
             }
-            Ok(())
-        };
-        match &s.settled {
-            Settled::Delivered(a) => {
-                count(t, a)?;
-                t.remove(&job)?;
-            }
-            Settled::RetryAt(at, a) => {
-                count(t, a)?;
-                let mut next = job.clone();
-                next.attempts += 1;
-                next.due_at_ms = *at;
-                next.last = Some(a.clone());
+        }
+        match change {
+            JobChange::Remove => t.remove(&job)?,
+            JobChange::Rewrite(next) => {
                 t.update(&job, &next)?;
-                t.leased.remove(job.id).map_err(unavailable)?;
-            }
-            Settled::Deferred(at) => {
-                let mut next = job.clone();
-                next.due_at_ms = *at;
-                t.update(&job, &next)?;
-            }
-            Settled::DeadLetter { reason, attempt } => {
-                let mut last = job.clone();
-                if let Some(a) = attempt {
-                    count(t, a)?;
-                    last.attempts += 1;
-                    last.last = Some(a.clone());
+                if next.attempts > job.attempts {
+                    t.leased.remove(job.id).map_err(unavailable)?;
                 }
-                stats.get(t, &job.tenant, job.subscription)?.dead_letters += 1;
-                t.bury(last, reason.clone(), step.now_ms)?;
             }
-            Settled::Cancelled => t.remove(&job)?,
+            JobChange::Bury(last, reason) => {
+                stats.get(t, &job.tenant, job.subscription)?.dead_letters += 1;
+                t.bury(last, reason, step.now_ms)?;
+            }
         }
     }
     for id in &step.start {
         let Some(job) = t.load(*id)? else { continue };
-        if job.recoveries() >= step.recovery_limit {
-            let reason = format!(
-                "poison: {} started attempts ended without an outcome",
-                job.recoveries()
-            );
-            stats.get(t, &job.tenant, job.subscription)?.dead_letters += 1;
-            t.bury(job, reason, step.now_ms)?;
-            out.poisoned.push(*id);
-            continue;
-        }
+        let next = match lease_job(&job, step.lease_until_ms, step.recovery_limit) {
+            Ok(next) => next,
+            Err(reason) => {
+                stats.get(t, &job.tenant, job.subscription)?.dead_letters += 1;
+                t.bury(job, reason, step.now_ms)?;
+                out.poisoned.push(*id);
+                continue;
+            }
+        };
         let event = match events
             .get((job.tenant.as_str(), job.event_seq))
             .map_err(unavailable)?
@@ -226,14 +207,11 @@ pub(super) fn apply_step(
             Some(v) => decode::<StoredEvent>(v.value())?,
             None => {
                 stats.get(t, &job.tenant, job.subscription)?.dead_letters += 1;
-                t.bury(job, "event no longer stored".into(), step.now_ms)?;
+                t.bury(job, EVENT_GONE.into(), step.now_ms)?;
                 out.poisoned.push(*id);
                 continue;
             }
         };
-        let mut next = job.clone();
-        next.starts += 1;
-        next.due_at_ms = step.lease_until_ms;
         t.update(&job, &next)?;
         t.leased.insert(job.id, ()).map_err(unavailable)?;
         out.started.push(Started { job: next, event });

@@ -356,7 +356,7 @@ mod tests {
         let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
         let store: Arc<dyn Store> = Arc::new(store);
         crate::store::conformance::run_all(store.clone(), "embedded").await;
-        crate::store::conformance_jobs::run_all(store, "embedded").await;
+        crate::store::conformance_jobs::run_all(store, "embedded", 60).await;
     }
 
     #[tokio::test]

@@ -1,0 +1,160 @@
+//! The delivery statements of the CQL store (schema `schema/cql/delivery.cql`), prepared once.
+
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+use super::statements::{prepare, Kind};
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct JobStatements {
+    pub job_get: PreparedStatement,
+    /// A job's creation, at the timestamp of its event's claim.
+    pub job_create: PreparedStatement,
+    pub job_put: PreparedStatement,
+    pub job_delete: PreparedStatement,
+    pub due_create: PreparedStatement,
+    pub due_put: PreparedStatement,
+    pub due_delete: PreparedStatement,
+    pub due_page: PreparedStatement,
+    pub due_any: PreparedStatement,
+    pub queue_touch: PreparedStatement,
+    pub queue_list: PreparedStatement,
+    pub queue_drop: PreparedStatement,
+    pub count_add: PreparedStatement,
+    pub count_all: PreparedStatement,
+    pub lane_read: PreparedStatement,
+    pub lane_create: PreparedStatement,
+    pub lane_take: PreparedStatement,
+    pub dead_put: PreparedStatement,
+    pub dead_page: PreparedStatement,
+    pub dead_delete: PreparedStatement,
+    pub stats_lane: PreparedStatement,
+    pub stats_all: PreparedStatement,
+    pub stats_put: PreparedStatement,
+    pub log_event_at: PreparedStatement,
+}
+
+impl JobStatements {
+    pub async fn prepare_all(session: &Session) -> Result<Self, StoreError> {
+        use Kind::*;
+        let p = |cql: &'static str, kind| prepare(session, cql, kind);
+        Ok(Self {
+            job_get: p("SELECT record FROM jobs WHERE id = ?", Plain).await?,
+            job_create: p(
+                "INSERT INTO jobs (id, record) VALUES (?, ?) USING TIMESTAMP ?",
+                Plain,
+            )
+            .await?,
+            job_put: p("INSERT INTO jobs (id, record) VALUES (?, ?)", Plain).await?,
+            job_delete: p("DELETE FROM jobs WHERE id = ?", Plain).await?,
+            due_create: p(
+                "INSERT INTO job_due (lane, tenant, subscription, due_ms, id, written) \
+                 VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
+                Plain,
+            )
+            .await?,
+            due_put: p(
+                "INSERT INTO job_due (lane, tenant, subscription, due_ms, id, written) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
+                Plain,
+            )
+            .await?,
+            due_delete: p(
+                "DELETE FROM job_due WHERE lane = ? AND tenant = ? AND subscription = ? \
+                 AND due_ms = ? AND id = ?",
+                Plain,
+            )
+            .await?,
+            due_page: p(
+                "SELECT due_ms, id, written FROM job_due WHERE lane = ? AND tenant = ? \
+                 AND subscription = ? AND due_ms >= ? AND due_ms <= ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+            due_any: p(
+                "SELECT due_ms FROM job_due WHERE lane = ? AND tenant = ? \
+                 AND subscription = ? LIMIT 1",
+                Plain,
+            )
+            .await?,
+            queue_touch: p(
+                "UPDATE job_queues SET touched = ? WHERE lane = ? AND tenant = ? \
+                 AND subscription = ?",
+                Plain,
+            )
+            .await?,
+            queue_list: p(
+                "SELECT tenant, subscription, WRITETIME(touched) FROM job_queues WHERE lane = ?",
+                Plain,
+            )
+            .await?,
+            queue_drop: p(
+                "DELETE FROM job_queues USING TIMESTAMP ? WHERE lane = ? AND tenant = ? \
+                 AND subscription = ?",
+                Plain,
+            )
+            .await?,
+            count_add: p(
+                "UPDATE job_counts SET n = n + ? WHERE lane = ?",
+                NotIdempotent,
+            )
+            .await?,
+            count_all: p("SELECT n FROM job_counts", Plain).await?,
+            lane_read: p(
+                "SELECT owner, until_ms FROM lanes WHERE lane = ?",
+                SerialRead,
+            )
+            .await?,
+            lane_create: p(
+                "INSERT INTO lanes (lane, owner, until_ms) VALUES (?, ?, ?) IF NOT EXISTS",
+                Conditional,
+            )
+            .await?,
+            lane_take: p(
+                "UPDATE lanes SET owner = ?, until_ms = ? WHERE lane = ? \
+                 IF owner = ? AND until_ms = ?",
+                Conditional,
+            )
+            .await?,
+            dead_put: p(
+                "INSERT INTO dead_letters (tenant, subscription, id, letter) VALUES (?, ?, ?, ?)",
+                Plain,
+            )
+            .await?,
+            dead_page: p(
+                "SELECT id, letter FROM dead_letters WHERE tenant = ? AND subscription = ? \
+                 AND id > ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+            dead_delete: p(
+                "DELETE FROM dead_letters WHERE tenant = ? AND subscription = ? AND id = ?",
+                Plain,
+            )
+            .await?,
+            stats_lane: p(
+                "SELECT stats FROM delivery_stats WHERE tenant = ? AND subscription = ? \
+                 AND lane = ?",
+                Plain,
+            )
+            .await?,
+            stats_all: p(
+                "SELECT stats FROM delivery_stats WHERE tenant = ? AND subscription = ?",
+                Plain,
+            )
+            .await?,
+            stats_put: p(
+                "INSERT INTO delivery_stats (tenant, subscription, lane, stats) \
+                 VALUES (?, ?, ?, ?)",
+                Plain,
+            )
+            .await?,
+            log_event_at: p(
+                "SELECT id, event FROM tenant_log WHERE tenant = ? AND bucket = ? AND seq = ?",
+                Plain,
+            )
+            .await?,
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! Paging due jobs (CQL): per lane, per queue (tenant, subscription), by due time.
+//!
+//! Settled jobs leave tombstones at the front of their queue's partition. So that a page does not
+//! walk them each time, each queue pages from a floor: the due time of the first live row seen
+//! last time (rows below it are gone). A job can appear below the floor — a replayed creation
+//! keeps its claim's time — so each queue is also paged from its start at least every
+//! `FULL_SCAN_EVERY_MS`: such a job waits at most that long, it is never lost.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::{StreamExt, TryStreamExt};
+use uuid::Uuid;
+
+use super::jobs::{all, id_of};
+use super::{unavailable, CqlStore};
+use crate::clock::now_ms;
+use crate::store::{JobRecord, Lane, StoreError};
+
+const FULL_SCAN_EVERY_MS: i64 = 30_000;
+/// How far behind `now` the floor of a queue with nothing due may move up to: a job created now
+/// carries its claim's time, a little earlier.
+const FLOOR_LAG_MS: i64 = 60_000;
+/// A due row whose job says another due time is left over from a move that crashed — once it is
+/// this old; a younger one may be a move still under way.
+const STALE_AFTER_MS: i64 = 60_000;
+/// Queues paged at once.
+const QUEUES_AT_ONCE: usize = 16;
+/// Extra rows read per queue past `per_tenant`, for the caller's held jobs to be skipped.
+const SKIP_ROOM: usize = 256;
+/// How often a lane with no queues is listed again.
+const EMPTY_LANE_EVERY_MS: i64 = 500;
+
+/// Where a queue's next page starts.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    from_ms: i64,
+    full_scan_at_ms: i64,
+}
+
+/// Paging state of this process (floors per queue, lanes last seen empty).
+#[derive(Debug, Default)]
+pub(super) struct PagingState {
+    floors: Mutex<HashMap<(Lane, String, Uuid), Floor>>,
+    empty_lanes: Mutex<HashMap<Lane, i64>>,
+}
+
+type Queue = (Lane, String, Uuid, Option<i64>);
+
+impl PagingState {
+    /// A job was just created in `lane` by this process: list it at the next page.
+    pub fn lane_touched(&self, lane: Lane) {
+        if let Ok(mut e) = self.empty_lanes.lock() {
+            e.remove(&lane);
+        }
+    }
+}
+
+impl CqlStore {
+    pub(super) async fn page_due(
+        &self,
+        lanes: &[Lane],
+        now: i64,
+        per_tenant: usize,
+        limit: usize,
+        rotation: u64,
+        skip: Arc<HashSet<u128>>,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        // Holds, floors' scan times and the empty-lane cache follow the clock; `now` (the
+        // caller's) only says which jobs are due.
+        let clock = now_ms();
+        let held = self.hold_lanes(lanes, clock).await?;
+        let mut queues: Vec<Queue> = Vec::new();
+        let listed = all(held.iter().map(|&lane| async move {
+            let recently_empty = self
+                .paging
+                .empty_lanes
+                .lock()
+                .ok()
+                .and_then(|e| e.get(&lane).copied())
+                .is_some_and(|at| clock - at < EMPTY_LANE_EVERY_MS);
+            if recently_empty {
+                return Ok((lane, Vec::new()));
+            }
+            let found = self.lane_queues(lane).await?;
+            if let Ok(mut e) = self.paging.empty_lanes.lock() {
+                if found.is_empty() {
+                    e.insert(lane, clock);
+                } else {
+                    e.remove(&lane);
+                }
+            }
+            Ok::<_, StoreError>((lane, found))
+        }))
+        .await?;
+        for (lane, found) in listed {
+            queues.extend(found.into_iter().map(|(t, s, w)| (lane, t, s, w)));
+        }
+        if queues.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        queues.sort_unstable_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+        let start = (rotation % queues.len() as u64) as usize;
+        queues.rotate_left(start);
+        let mut out = Vec::new();
+        for chunk in queues.chunks(QUEUES_AT_ONCE) {
+            let want = per_tenant.min(limit - out.len());
+            let made: Vec<_> = chunk
+                .iter()
+                .map(|q| self.page_queue(q, now, clock, want, &skip))
+                .collect();
+            let pages: Vec<Vec<JobRecord>> = futures::stream::iter(made)
+                .buffered(QUEUES_AT_ONCE)
+                .try_collect()
+                .await?;
+            for page in pages {
+                let room = limit - out.len();
+                out.extend(page.into_iter().take(room));
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `want` due jobs of one queue (not in `skip`).
+    async fn page_queue(
+        &self,
+        q: &Queue,
+        now: i64,
+        clock: i64,
+        want: usize,
+        skip: &HashSet<u128>,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let (lane, tenant, sub, touched_us) = q;
+        let key = (*lane, tenant.clone(), *sub);
+        let floor = self
+            .paging
+            .floors
+            .lock()
+            .ok()
+            .and_then(|f| f.get(&key).copied());
+        let full = floor
+            .is_none_or(|f| clock - f.full_scan_at_ms >= FULL_SCAN_EVERY_MS || f.from_ms > now);
+        let from = match floor {
+            Some(f) if !full => f.from_ms,
+            _ => i64::MIN,
+        };
+        let lane_i = i32::try_from(*lane).unwrap_or(i32::MAX);
+        let read = i32::try_from(want + SKIP_ROOM.min(skip.len())).unwrap_or(i32::MAX);
+        let rows = self
+            .session
+            .execute_unpaged(&self.jt.due_page, (lane_i, tenant, *sub, from, now, read))
+            .await
+            .map_err(unavailable)?
+            .into_rows_result()
+            .map_err(unavailable)?;
+        let rows: Vec<(i64, Vec<u8>, Option<i64>)> = rows
+            .rows::<(i64, Vec<u8>, Option<i64>)>()
+            .map_err(unavailable)?
+            .collect::<Result<_, _>>()
+            .map_err(unavailable)?;
+
+        let next = Floor {
+            from_ms: rows
+                .first()
+                .map_or(from.max(now - FLOOR_LAG_MS), |(due, _, _)| *due),
+            full_scan_at_ms: match floor {
+                Some(f) if !full => f.full_scan_at_ms,
+                _ => clock,
+            },
+        };
+        if let Ok(mut f) = self.paging.floors.lock() {
+            f.insert(key.clone(), next);
+        }
+        if rows.is_empty() {
+            if full {
+                self.drop_if_empty(*lane, tenant, *sub, *touched_us).await?;
+            }
+            return Ok(Vec::new());
+        }
+
+        let mut candidates = Vec::new();
+        for (due, id, written) in rows {
+            let id = id_of(&id)?;
+            if !skip.contains(&id) && candidates.len() < want {
+                candidates.push((due, id, written));
+            }
+        }
+        let loaded = all(candidates.iter().map(|&(due, id, written)| async move {
+            Ok::<_, StoreError>((due, id, written, self.load_job(id).await?))
+        }))
+        .await?;
+        let mut out = Vec::with_capacity(loaded.len());
+        let mut stale = Vec::new();
+        for (due, id, written, job) in loaded {
+            match job {
+                Some(job) if job.due_at_ms == due => out.push(job),
+                // Its job is gone, or has moved on and this row is a crashed move's leftover.
+                None => stale.push((due, id)),
+                Some(_) if written.is_none_or(|w| clock - w > STALE_AFTER_MS) => {
+                    stale.push((due, id))
+                }
+                Some(_) => {} // a move under way: the job is paged at its new time
+            }
+        }
+        all(stale
+            .iter()
+            .map(|&(due, id)| self.delete_due(*lane, tenant, *sub, due, id)))
+        .await?;
+        out.sort_by_key(|j| (j.due_at_ms, j.id));
+        Ok(out)
+    }
+
+    /// Deletes a queue with no jobs at all — only the version of it that was read (`USING
+    /// TIMESTAMP` of its `touched`): a job created meanwhile touched it later and keeps it.
+    async fn drop_if_empty(
+        &self,
+        lane: Lane,
+        tenant: &str,
+        sub: Uuid,
+        touched_us: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let Some(touched_us) = touched_us else {
+            return Ok(());
+        };
+        let lane_i = i32::try_from(lane).unwrap_or(i32::MAX);
+        let any: Option<(i64,)> = self
+            .first_row(&self.jt.due_any, (lane_i, tenant, sub))
+            .await?;
+        if any.is_some() {
+            return Ok(());
+        }
+        self.session
+            .execute_unpaged(&self.jt.queue_drop, (touched_us, lane_i, tenant, sub))
+            .await
+            .map_err(unavailable)?;
+        if let Ok(mut f) = self.paging.floors.lock() {
+            f.remove(&(lane, tenant.to_owned(), sub));
+        }
+        Ok(())
+    }
+}
