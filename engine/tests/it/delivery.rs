@@ -1,5 +1,5 @@
-//! Delivery end to end (issue 6): the `streaming-hub` binary, real Kafka, the embedded store, and
-//! webhook receivers on loopback. Events produced to Kafka reach a verified webhook signed so the
+//! Delivery end to end (issue 6): the `streaming-hub` binary, real Kafka, the embedded store or
+//! the CQL server, and webhook receivers on loopback. Events produced to Kafka reach a verified webhook signed so the
 //! Standard Webhooks library accepts them; a scripted failing receiver drives retries into a dead
 //! letter, which replays; pause cancels queued deliveries.
 
@@ -20,6 +20,34 @@ pub(crate) const ENV: &[(&str, &str)] = &[
     ("STREAMING_HUB_ALLOW_PRIVATE_HOSTS", "127.0.0.1"),
     ("STREAMING_HUB_DELIVERY_POLL_MS", "50"),
 ];
+
+/// The settings of an engine delivering from `backend`: on CQL, in a keyspace of its own — each
+/// test's engine has its own control plane (subscriptions), and an engine pages every delivery
+/// lane of its keyspace, so engines of parallel tests must not share one.
+pub(crate) fn engine_env(backend: Backend, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = ENV
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    if let Backend::Cql = backend {
+        let keyspace = format!("hub_dlv_{}", Uuid::now_v7().simple());
+        env.push(("STREAMING_HUB_CQL_KEYSPACE".into(), keyspace));
+    }
+    env
+}
+
+/// Starts an engine with settings from `engine_env` (the same ones again after a crash).
+pub(crate) fn start_engine(
+    dir: &std::path::Path,
+    group: &str,
+    port: u16,
+    backend: Backend,
+    env: &[(String, String)],
+) -> Engine {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Engine::start_with(dir, group, port, backend, &env)
+}
 
 /// The tenant's API, as a client of `/v1` would use it.
 pub(crate) struct Tenant {
@@ -182,6 +210,15 @@ fn ids_on(receiver: &Receiver, path: &str) -> HashSet<String> {
 /// another key gets none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_5_produced_events_reach_a_verified_webhook_signed() {
+    produced_events_reach_a_verified_webhook_signed(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_5_produced_events_reach_a_verified_webhook_signed_cql() {
+    produced_events_reach_a_verified_webhook_signed(Backend::Cql).await;
+}
+
+async fn produced_events_reach_a_verified_webhook_signed(backend: Backend) {
     let _broker = exclusive_broker().await;
     let Setup {
         dir: _dir,
@@ -189,7 +226,7 @@ async fn r_di_5_produced_events_reach_a_verified_webhook_signed() {
         engine,
         tenant,
         api,
-    } = Setup::start("deliver").await;
+    } = Setup::start_on("deliver", backend).await;
     let (_, secret) = api
         .active_webhook("all", &receiver.url("/all"), json!({}))
         .await;
@@ -221,6 +258,11 @@ async fn r_di_5_produced_events_reach_a_verified_webhook_signed() {
         .into_iter()
         .filter(|r| r.path == "/all" && r.header("x-lerian-event-type") != "destination.ping")
         .collect();
+    assert_eq!(
+        deliveries.len(),
+        want.len(),
+        "each event once: nothing failed, so nothing is repeated"
+    );
     let mut delivery_ids = HashSet::new();
     for r in &deliveries {
         assert!(
@@ -264,10 +306,15 @@ pub(crate) struct Setup {
 
 impl Setup {
     pub(crate) async fn start(name: &str) -> Setup {
+        Self::start_on(name, Backend::Embedded).await
+    }
+
+    pub(crate) async fn start_on(name: &str, backend: Backend) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
         let receiver = Receiver::start().await;
         let group = format!("{name}-{}", Uuid::now_v7().simple());
-        let engine = Engine::start_with(dir.path(), &group, free_port(), Backend::Embedded, ENV);
+        let env = engine_env(backend, &[]);
+        let engine = start_engine(dir.path(), &group, free_port(), backend, &env);
         engine.wait_ready().await;
         let tenant = format!("t-{name}-{}", Uuid::now_v7().simple());
         let api = Tenant::new(&engine, dir.path(), &tenant);
@@ -286,13 +333,22 @@ impl Setup {
 /// outcome, health says Failing; replayed once the receiver recovers, it is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_8_a_failing_destination_dead_letters_then_replays() {
+    failing_destination_dead_letters_then_replays(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_8_a_failing_destination_dead_letters_then_replays_cql() {
+    failing_destination_dead_letters_then_replays(Backend::Cql).await;
+}
+
+async fn failing_destination_dead_letters_then_replays(backend: Backend) {
     let Setup {
         dir,
         receiver,
         engine,
         tenant,
         api,
-    } = Setup::start("deadletter").await;
+    } = Setup::start_on("deadletter", backend).await;
     let (id, secret) = api
         .active_webhook(
             "flaky",

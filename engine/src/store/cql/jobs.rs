@@ -54,7 +54,7 @@ fn lane_i32(lane: Lane) -> i32 {
     i32::try_from(lane).unwrap_or(i32::MAX)
 }
 
-/// Runs writes (or reads) at most `CONCURRENCY` at a time. Not `async`: the futures are made
+/// Runs writes (or reads) at most `CONCURRENCY` at a time; answers in the order asked. Not `async`: the futures are made
 /// here, so the closure that made them is not part of the returned future (a `Send` future
 /// holding such closures trips the compiler's higher-ranked lifetime check).
 pub(super) fn all<F, T>(
@@ -65,7 +65,7 @@ where
 {
     let made: Vec<F> = futures.into_iter().collect();
     futures::stream::iter(made)
-        .buffer_unordered(CONCURRENCY)
+        .buffered(CONCURRENCY)
         .try_collect()
 }
 
