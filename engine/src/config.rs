@@ -84,6 +84,12 @@ pub struct HubConfig {
     /// Auto-disable of long-broken destinations (R-DI-10). Env
     /// `STREAMING_HUB_AUTODISABLE_ENABLED`. Default true.
     pub autodisable_enabled: bool,
+    /// How long a failure streak must last before auto-disable (R-DI-10). Env
+    /// `STREAMING_HUB_AUTODISABLE_WINDOW_MS`. Default 120 h.
+    pub autodisable_window_ms: i64,
+    /// How far apart a streak's first and last failure must be (R-DI-10: 12 h). Env
+    /// `STREAMING_HUB_AUTODISABLE_MIN_SPREAD_MS`; lowered only for drills and tests.
+    pub autodisable_min_spread_ms: i64,
     /// How often each shard's lane looks for jobs coming due (retries). Env
     /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200.
     pub delivery_poll_ms: u64,
@@ -112,6 +118,8 @@ impl Default for HubConfig {
             delivery_workers: 8,
             recovery_limit: 5,
             autodisable_enabled: true,
+            autodisable_window_ms: crate::delivery::autodisable::DEFAULT_WINDOW_MS,
+            autodisable_min_spread_ms: crate::delivery::autodisable::MIN_SPREAD_MS,
             delivery_poll_ms: 200,
         }
     }
@@ -236,6 +244,12 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("AUTODISABLE_ENABLED") {
             self.autodisable_enabled = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("AUTODISABLE_WINDOW_MS") {
+            self.autodisable_window_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("AUTODISABLE_MIN_SPREAD_MS") {
+            self.autodisable_min_spread_ms = parse(&k, v)?;
         }
         if let Some((k, v)) = env("DELIVERY_POLL_MS") {
             self.delivery_poll_ms = parse(&k, v)?;

@@ -18,8 +18,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use hub_control::model::Subscription;
 use hub_control::secrets::Keyring;
 use hub_control::service::binding;
+use hub_control::service::Control;
 use hub_control::signature::SigningKey;
-use hub_control::store::ControlStore;
 use hub_control::webhook::{Attempt, Keys, Outcome, WebhookClient};
 use rand::SeedableRng;
 
@@ -33,8 +33,8 @@ use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
 };
 
-/// How many rounds of work a lane leases ahead of its workers (see `choose`).
-const LEASE_AHEAD: u32 = 8;
+/// How many rounds of work a lane leases ahead of its workers by default (see `choose`).
+pub const LEASE_AHEAD: u32 = 8;
 
 /// How a lane works; defaults match R-DI-2 and R-DI-8.
 #[derive(Debug, Clone)]
@@ -45,6 +45,8 @@ pub struct LaneConfig {
     pub lanes: Vec<Lane>,
     /// How long a started attempt holds its job before another start may recover it.
     pub lease_ms: i64,
+    /// Rounds of work (× workers) leased ahead: enough to cover one store step's round trip.
+    pub lease_ahead: u32,
     /// Started attempts without an outcome before a job is dead-lettered as poison (R-DI-8: 5).
     pub recovery_limit: u32,
     /// Most jobs held in memory by the scheduler (bounded memory: the rest wait in the store).
@@ -63,6 +65,7 @@ impl Default for LaneConfig {
             workers: 8,
             lanes: vec![0],
             lease_ms: 120_000,
+            lease_ahead: LEASE_AHEAD,
             recovery_limit: 5,
             held_max: 1024,
             per_tenant: 128,
@@ -93,7 +96,8 @@ pub struct DeliveryLane {
     pub subs: Arc<Subscriptions>,
     pub client: WebhookClient,
     pub keyring: Arc<Keyring>,
-    pub control: Arc<dyn ControlStore>,
+    /// The control plane: its store (auto-disable writes there) and the hub's event emitter.
+    pub control: Arc<Control>,
     pub counters: Arc<DeliveryCounters>,
     /// Nudged by ingest after a durable batch created jobs.
     pub wake: async_channel::Receiver<()>,
@@ -134,7 +138,7 @@ impl DeliveryLane {
         let mut lane = LaneState {
             // The scheduler caps what a destination holds leased; `LaneState::next_ready` caps
             // what it runs (half the workers, R-DI-3).
-            scheduler: Scheduler::new(self.config.workers * LEASE_AHEAD),
+            scheduler: Scheduler::new(self.config.workers * self.config.lease_ahead),
             held: HashMap::new(),
             in_flight: HashMap::new(),
             breakers: HashMap::new(),
@@ -231,6 +235,16 @@ impl DeliveryLane {
             }
             self.refill(&mut lane, &mut attempts);
         }
+        // A clean stop leaves no lease behind: let the lanes go, so the next holder need not
+        // wait for the hold to lapse.
+        let (store, lanes) = (self.store.clone(), self.config.lanes.clone());
+        if let Ok(Err(e)) = self
+            .bridge
+            .call(async move { store.release_lanes(lanes).await })
+            .await
+        {
+            tracing::warn!(error = %e, "could not let go of the delivery lanes");
+        }
     }
 
     /// Starts attempts for leased jobs while workers are free (R-DI-3 cap per destination).
@@ -313,7 +327,7 @@ impl DeliveryLane {
     /// Takes jobs for free workers and one round ahead; returns the ones to lease (the rest are
     /// settled now).
     ///
-    /// Leasing ahead (up to `LEASE_AHEAD` × workers leased at once) keeps workers busy while the
+    /// Leasing ahead (up to `lease_ahead` × workers leased at once) keeps workers busy while the
     /// next store step is written: a finished attempt hands its worker to an already leased job,
     /// and one fsynced step leases many jobs. The cost: a crash also counts a recovery for the
     /// jobs leased but not yet started (never a duplicate: they were not attempted).
@@ -321,7 +335,7 @@ impl DeliveryLane {
         let mut start = Vec::new();
         let now = crate::clock::now_ms();
         let busy = lane.in_flight.len();
-        while busy + start.len() < (LEASE_AHEAD * self.config.workers) as usize {
+        while busy + start.len() < (self.config.lease_ahead * self.config.workers) as usize {
             let Some((_, due)) = lane.scheduler.take_next() else {
                 break;
             };
@@ -533,7 +547,7 @@ impl DeliveryLane {
         // next failing step, since the streak stays.
         self.bridge.spawn(async move {
             for _ in 0..3 {
-                let Ok(Some(current)) = control.get(&tenant, id).await else {
+                let Ok(Some(current)) = control.store.get(&tenant, id).await else {
                     return;
                 };
                 if !current.enabled || current.paused {
@@ -545,9 +559,19 @@ impl DeliveryLane {
                 next.marks.disabled_reason = Some(verdict.reason.clone());
                 next.revision += 1;
                 next.updated_at_ms = crate::clock::now_ms();
-                match control.replace(&next, current.revision).await {
+                match control.store.replace(&next, current.revision).await {
                     Ok(()) => {
                         tracing::warn!(tenant, subscription = %id, reason = verdict.reason, "subscription auto-disabled");
+                        if let Some(events) = control.events.get() {
+                            let detail = serde_json::json!({
+                                "subscription_id": id,
+                                "name": next.name,
+                                "endpoint": next.endpoint,
+                                "reason": verdict.reason,
+                                "disabled_at": hub_control::model::rfc3339(verdict.at_ms),
+                            });
+                            events.emit(&tenant, "destination.disabled", id, detail);
+                        }
                         return;
                     }
                     Err(hub_control::store::ControlStoreError::Conflict) => continue,

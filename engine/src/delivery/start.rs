@@ -9,8 +9,8 @@ use hub_control::service::Control;
 
 use super::autodisable::Policy;
 use super::follow::{follow, Subscriptions};
-use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig};
-use crate::config::HubConfig;
+use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
+use crate::config::{HubConfig, StoreKind};
 use crate::ingest::jobs::JobRouting;
 use crate::runtime::TokioBridge;
 use crate::store::{Lane, Store};
@@ -57,7 +57,14 @@ impl Delivery {
             poll: Duration::from_millis(config.delivery_poll_ms.max(10)),
             autodisable: Policy {
                 enabled: config.autodisable_enabled,
-                ..Policy::default()
+                window_ms: config.autodisable_window_ms,
+                min_spread_ms: config.autodisable_min_spread_ms,
+            },
+            // A CQL step takes tens of milliseconds (several round trips to a busy server), an
+            // embedded one about one fsync: lease more rounds ahead so workers never wait on it.
+            lease_ahead: match config.store {
+                StoreKind::Cql => 4 * LEASE_AHEAD,
+                StoreKind::Embedded => LEASE_AHEAD,
             },
             ..LaneConfig::default()
         };
@@ -118,7 +125,7 @@ impl Delivery {
                         subs: routing.subs.clone(),
                         client: self.control.webhooks.clone(),
                         keyring: self.control.keyring.clone(),
-                        control: self.control.store.clone(),
+                        control: self.control.clone(),
                         counters: self.counters.clone(),
                         wake: wake.clone(),
                         stop: self.stop.clone(),

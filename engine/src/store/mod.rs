@@ -146,6 +146,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         subscription: Uuid,
     ) -> Result<DeliveryStats, StoreError>;
 
+    /// Gives up this process's hold on `lanes` at a clean stop, so another engine (or the next
+    /// start) pages them at once. Stores without holds (single node) have nothing to do.
+    async fn release_lanes(&self, lanes: Vec<Lane>) -> Result<(), StoreError> {
+        let _ = lanes;
+        Ok(())
+    }
+
     /// How many jobs wait (all lanes), for metrics and the load test.
     async fn pending_jobs(&self) -> Result<u64, StoreError>;
 

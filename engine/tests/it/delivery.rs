@@ -310,10 +310,14 @@ impl Setup {
     }
 
     pub(crate) async fn start_on(name: &str, backend: Backend) -> Setup {
+        Self::start_with(name, backend, &[]).await
+    }
+
+    pub(crate) async fn start_with(name: &str, backend: Backend, extra: &[(&str, &str)]) -> Setup {
         let dir = tempfile::tempdir().expect("tempdir");
         let receiver = Receiver::start().await;
         let group = format!("{name}-{}", Uuid::now_v7().simple());
-        let env = engine_env(backend, &[]);
+        let env = engine_env(backend, extra);
         let engine = start_engine(dir.path(), &group, free_port(), backend, &env);
         engine.wait_ready().await;
         let tenant = format!("t-{name}-{}", Uuid::now_v7().simple());
@@ -556,5 +560,83 @@ async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
     let event = verified().expect("event");
     assert_eq!(event.header("x-lerian-event-source"), "hub");
     assert_eq!(event.header("x-lerian-tenant-id"), tenant);
+    engine.stop();
+}
+
+/// R-DI-10, R-CP-5: a destination failing long enough (both gates, shortened here) is
+/// auto-disabled with its reason recorded, and `hub.destination.disabled` reaches the tenant's
+/// `origin: hub` webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_10_a_long_broken_destination_is_auto_disabled_and_announced() {
+    let Setup {
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start_with(
+        "autodisable",
+        Backend::Embedded,
+        &[
+            ("STREAMING_HUB_AUTODISABLE_WINDOW_MS", "3000"),
+            ("STREAMING_HUB_AUTODISABLE_MIN_SPREAD_MS", "1000"),
+        ],
+    )
+    .await;
+    let ops = Receiver::start().await;
+    api.active_webhook(
+        "ops",
+        &ops.url("/ops"),
+        json!({"origin": "hub", "event_types": ["destination.disabled"]}),
+    )
+    .await;
+    let (broken, _) = api
+        .active_webhook(
+            "broken",
+            &receiver.url("/broken"),
+            json!({"retry_schedule": [1, 1, 1, 1, 1, 1, 1]}),
+        )
+        .await;
+    receiver.script(&[], Act::Status(500));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Failures spread over seconds: events keep coming while the first ones retry.
+    for _ in 0..8 {
+        let mut post = reqwest::Client::new()
+            .post(format!("{}/ingest/lender", engine.http))
+            .body("{}");
+        for (k, v) in event_headers(&tenant, Uuid::now_v7()) {
+            post = post.header(k, v);
+        }
+        assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let announced = || {
+        ops.received().into_iter().find(|r| {
+            r.header("x-lerian-event-type") == "destination.disabled"
+                && serde_json::from_slice::<Value>(&r.body)
+                    .is_ok_and(|b| b["subscription_id"] == broken)
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || announced().is_some()).await,
+        "hub.destination.disabled reaches the ops webhook"
+    );
+    let event = announced().expect("event");
+    assert_eq!(event.header("x-lerian-event-source"), "hub");
+    let body: Value = serde_json::from_slice(&event.body).expect("json");
+    assert!(body["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("failing for")));
+    let (status, sub) = api
+        .call("GET", &format!("/v1/subscriptions/{broken}"), None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(sub["enabled"], false, "{sub}");
+    assert_eq!(
+        sub["verification_state"], "active",
+        "R-DI-10 never touches it"
+    );
+    assert!(sub["disabled_reason"].as_str().is_some(), "{sub}");
+    assert!(sub["disabled_at"].as_str().is_some(), "{sub}");
     engine.stop();
 }

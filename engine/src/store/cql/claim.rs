@@ -54,6 +54,8 @@ pub(super) struct Appended {
     pub index: usize,
     pub seq: u64,
     pub claimed_at: i64,
+    /// Appended by this write (its jobs are new), not found appended by an earlier one.
+    pub first: bool,
 }
 
 /// Who claims: the Kafka position, or for HTTP the source and the id.
@@ -281,6 +283,7 @@ impl CqlStore {
                     index: *i,
                     seq,
                     claimed_at,
+                    first: false,
                 }),
                 Claim::Duplicate => {}
             }
@@ -312,6 +315,7 @@ impl CqlStore {
                     index,
                     seq,
                     claimed_at: at,
+                    first: true,
                 });
             }
         }

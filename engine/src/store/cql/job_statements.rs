@@ -17,6 +17,7 @@ pub struct JobStatements {
     pub due_put: PreparedStatement,
     pub due_delete: PreparedStatement,
     pub due_page: PreparedStatement,
+    pub due_page_after: PreparedStatement,
     pub due_any: PreparedStatement,
     pub queue_touch: PreparedStatement,
     pub queue_list: PreparedStatement,
@@ -26,6 +27,7 @@ pub struct JobStatements {
     pub lane_read: PreparedStatement,
     pub lane_create: PreparedStatement,
     pub lane_take: PreparedStatement,
+    pub lane_let_go: PreparedStatement,
     pub dead_put: PreparedStatement,
     pub dead_page: PreparedStatement,
     pub dead_delete: PreparedStatement,
@@ -69,6 +71,12 @@ impl JobStatements {
             due_page: p(
                 "SELECT due_ms, id, written FROM job_due WHERE lane = ? AND tenant = ? \
                  AND subscription = ? AND due_ms >= ? AND due_ms <= ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+            due_page_after: p(
+                "SELECT due_ms, id, written FROM job_due WHERE lane = ? AND tenant = ? \
+                 AND subscription = ? AND (due_ms, id) > (?, ?) AND (due_ms) <= (?) LIMIT ?",
                 Plain,
             )
             .await?,
@@ -117,6 +125,11 @@ impl JobStatements {
                 Conditional,
             )
             .await?,
+            lane_let_go: p(
+                "UPDATE lanes SET until_ms = 0 WHERE lane = ? IF owner = ?",
+                Conditional,
+            )
+            .await?,
             dead_put: p(
                 "INSERT INTO dead_letters (tenant, subscription, id, letter) VALUES (?, ?, ?, ?)",
                 Plain,
@@ -140,7 +153,7 @@ impl JobStatements {
             )
             .await?,
             stats_all: p(
-                "SELECT stats FROM delivery_stats WHERE tenant = ? AND subscription = ?",
+                "SELECT lane, stats FROM delivery_stats WHERE tenant = ? AND subscription = ?",
                 Plain,
             )
             .await?,

@@ -1,26 +1,40 @@
-//! Jobs in the CQL store: created with their event's batch (R-DI-1), moved, leased and settled.
+//! Jobs in the CQL store: created with their event's batch (R-DI-1), leased and settled.
 //!
-//! Without multi-partition transactions, a job's state lives in one row (`jobs`) and its place
-//! in the due index (`job_due`) is kept by ordering writes so a crash never loses a job:
+//! Without multi-partition transactions, a job's state lives in one row (`jobs`: a [`StoredJob`])
+//! and its place in the due index (`job_due`) is kept by ordering writes so a crash never loses a
+//! job:
 //!
 //! - **create**: job row, then due row, then the queue's `touched` — after the event's append and
 //!   before the unit's offset moves (a committed offset implies its jobs exist). Creation rows
 //!   are written `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can
 //!   never undo a later lease, settlement or delete (a newer timestamp always wins). A replay's
 //!   event carries a later `received_at_ms`, so its creation may add a second due row: the job
-//!   row names one of them, and paging deletes the other (see `paging.rs`).
-//! - **move** (lease, retry, defer, release): new due row, then job row, then delete the old due
-//!   row. A crash in between leaves an extra due row whose job names another due time; paging
-//!   skips it, and deletes it once it is old (see `paging.rs`).
+//!   row names one of them (`row_due_ms`), and paging deletes the other (see `paging.rs`).
+//! - **lease**: the job row alone (one write): `starts + 1`, the lease's end, and who leased it.
+//!   The due row stays where it is; paging passes over a job leased by this process until the
+//!   lease ends. A lease taken by another process (a lane's earlier holder) counts for nothing:
+//!   the job is due again at once, its lapsed start counted as a recovery (R-DI-8).
+//! - **move** (retry, defer): new due row, then job row, then delete the old due row. A crash in
+//!   between leaves an extra due row the job row does not name; paging deletes it once it is old.
 //! - **remove** (delivered, cancelled, dead-lettered): dead letter first if any, then the job
 //!   row, then the due row.
+//!
+//! The process holding a lane is the only writer of its jobs (ingest only creates), so it keeps
+//! the jobs it paged in memory and a step reads the store only for jobs it does not know.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::Consistency;
+
 use super::claim::Appended;
+use super::log::BoxedRow;
 use super::{as_i64, unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::{decode, encode};
@@ -32,6 +46,10 @@ use crate::store::{
 
 /// Reads or writes of one phase in flight at once.
 const CONCURRENCY: usize = 64;
+/// Job rows (one partition each) per unlogged batch at creation: fewer requests, same rows.
+const JOB_ROWS_PER_BATCH: usize = 32;
+/// Due rows per batch, sorted by queue (rows of one partition are applied as one mutation).
+const QUEUE_ROWS_PER_BATCH: usize = 128;
 
 /// A replay rewrites an own claim's jobs only this long after the claim: long before the job
 /// tables forget their tombstones (`gc_grace_seconds`, one hour), so a rewrite never revives a
@@ -69,12 +87,74 @@ where
         .try_collect()
 }
 
+/// A job as the `jobs` row keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct StoredJob {
+    /// The job; while leased, `due_at_ms` is the lease's end.
+    pub record: JobRecord,
+    /// The due time of the job's row in `job_due` (a lease does not move it).
+    pub row_due_ms: i64,
+    /// The process that took the current lease, if leased.
+    pub leased_by: Option<Uuid>,
+}
+
+impl StoredJob {
+    pub fn new(record: JobRecord) -> Self {
+        Self {
+            row_due_ms: record.due_at_ms,
+            record,
+            leased_by: None,
+        }
+    }
+
+    /// Whether `owner` holds a live lease on it at `now`.
+    pub fn leased_by(&self, owner: Uuid, now: i64) -> bool {
+        self.leased_by == Some(owner) && self.record.due_at_ms > now
+    }
+}
+
+/// Jobs this process paged or wrote, as stored (see the module's last paragraph). Bounded: past
+/// `KNOWN_MAX` it starts over (a miss is one read).
+#[derive(Debug, Default)]
+pub(super) struct Known(Mutex<HashMap<u128, StoredJob>>);
+
+const KNOWN_MAX: usize = 100_000;
+
+impl Known {
+    pub fn get(&self, id: u128) -> Option<StoredJob> {
+        self.0.lock().ok().and_then(|k| k.get(&id).cloned())
+    }
+
+    pub fn put(&self, job: StoredJob) {
+        if let Ok(mut k) = self.0.lock() {
+            if k.len() >= KNOWN_MAX {
+                k.clear();
+            }
+            k.insert(job.record.id, job);
+        }
+    }
+
+    pub fn forget(&self, id: u128) {
+        if let Ok(mut k) = self.0.lock() {
+            k.remove(&id);
+        }
+    }
+
+    /// After a lane changed hands: another process may have written its jobs.
+    pub fn clear(&self) {
+        if let Ok(mut k) = self.0.lock() {
+            k.clear();
+        }
+    }
+}
+
 /// What one delivery step writes, in the order that keeps every job findable.
 #[derive(Default)]
 struct Plan {
-    /// (before, after): the after's due row is written first, its old one deleted last.
-    moves: Vec<(JobRecord, JobRecord)>,
-    removes: Vec<JobRecord>,
+    /// (before, after): the after's due row is written first (when it moves), then the job row,
+    /// then the before's due row is deleted (when it moved).
+    writes: Vec<(StoredJob, StoredJob)>,
+    removes: Vec<StoredJob>,
     letters: Vec<DeadLetter>,
 }
 
@@ -98,6 +178,7 @@ impl CqlStore {
                 .map_or(&[][..], |m| m.0.as_slice())
             {
                 jobs.push((
+                    a.first,
                     JobRecord {
                         id: job_id(event.id, *sub),
                         lane: batch.lane,
@@ -118,33 +199,54 @@ impl CqlStore {
         if jobs.is_empty() {
             return Ok(());
         }
-        all(jobs.iter().map(|(job, ts)| async move {
-            let key = id_key(job.id);
-            self.session
-                .execute_unpaged(&self.jt.job_create, (&key[..], encode(job), *ts))
-                .await
-                .map_err(unavailable)?;
-            self.session
-                .execute_unpaged(
-                    &self.jt.due_create,
-                    (
-                        lane_i32(job.lane),
-                        &job.tenant,
-                        job.subscription,
-                        job.due_at_ms,
-                        &key[..],
-                        *ts / 1000,
-                        *ts,
-                    ),
-                )
-                .await
-                .map_err(unavailable)?;
-            Ok(())
-        }))
-        .await?;
+        // Job rows first, then due rows: a due row whose job row is missing is taken for the
+        // leftover of a removed job (see `paging.rs`), so it must never be seen first.
+        let stored: Vec<(StoredJob, i64)> = jobs
+            .iter()
+            .map(|(_, job, ts)| (StoredJob::new(job.clone()), *ts))
+            .collect();
+        let job_rows = stored
+            .iter()
+            .map(|(job, ts)| {
+                let row: BoxedRow<'_> =
+                    Box::new((id_key(job.record.id).to_vec(), encode(job), *ts));
+                (&self.jt.job_create, row)
+            })
+            .collect();
+        self.in_batches(job_rows, JOB_ROWS_PER_BATCH).await?;
+        // Sorted by queue: rows of one partition in one batch are applied as one mutation.
+        let mut by_queue: Vec<&(StoredJob, i64)> = stored.iter().collect();
+        by_queue.sort_by(|(a, _), (b, _)| {
+            (&a.record.tenant, a.record.subscription)
+                .cmp(&(&b.record.tenant, b.record.subscription))
+        });
+        let due_rows = by_queue
+            .into_iter()
+            .map(|(job, ts)| {
+                let r = &job.record;
+                let row: BoxedRow<'_> = Box::new((
+                    lane_i32(r.lane),
+                    r.tenant.as_str(),
+                    r.subscription,
+                    r.due_at_ms,
+                    id_key(r.id).to_vec(),
+                    *ts / 1000,
+                    *ts,
+                ));
+                (&self.jt.due_create, row)
+            })
+            .collect();
+        self.in_batches(due_rows, QUEUE_ROWS_PER_BATCH).await?;
+        // A first creation is the stored truth (nothing else wrote these jobs yet); a replay's
+        // may have lost to later writes.
+        for ((first, _, _), (job, _)) in jobs.iter().zip(stored) {
+            if *first {
+                self.known.put(job);
+            }
+        }
         let queues: HashSet<(&str, Uuid)> = jobs
             .iter()
-            .map(|(j, _)| (j.tenant.as_str(), j.subscription))
+            .map(|(_, j, _)| (j.tenant.as_str(), j.subscription))
             .collect();
         all(queues
             .into_iter()
@@ -184,35 +286,41 @@ impl CqlStore {
         Ok(())
     }
 
-    pub(super) async fn load_job(&self, id: u128) -> Result<Option<JobRecord>, StoreError> {
+    /// A job as stored: from memory when this process wrote or paged it, else read.
+    pub(super) async fn load_job(&self, id: u128) -> Result<Option<StoredJob>, StoreError> {
+        if let Some(known) = self.known.get(id) {
+            return Ok(Some(known));
+        }
+        self.read_job(id).await
+    }
+
+    pub(super) async fn read_job(&self, id: u128) -> Result<Option<StoredJob>, StoreError> {
         let row: Option<(Option<Vec<u8>>,)> =
             self.first_row(&self.jt.job_get, (&id_key(id)[..],)).await?;
         row.and_then(|(r,)| r).map(|r| decode(&r)).transpose()
     }
 
-    async fn load_jobs(&self, ids: &[u128]) -> Result<HashMap<u128, JobRecord>, StoreError> {
+    async fn load_jobs(&self, ids: &[u128]) -> Result<HashMap<u128, StoredJob>, StoreError> {
         let found = all(ids.iter().map(|id| self.load_job(*id))).await?;
-        Ok(found.into_iter().flatten().map(|j| (j.id, j)).collect())
+        Ok(found
+            .into_iter()
+            .flatten()
+            .map(|j| (j.record.id, j))
+            .collect())
     }
 
-    async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
-        self.session
-            .execute_unpaged(&self.jt.job_put, (&id_key(job.id)[..], encode(job)))
-            .await
-            .map_err(unavailable)?;
-        Ok(())
-    }
-
-    pub(super) async fn put_due(&self, job: &JobRecord) -> Result<(), StoreError> {
+    /// Writes a job's due row at `row_due_ms`.
+    pub(super) async fn put_due(&self, job: &StoredJob) -> Result<(), StoreError> {
+        let r = &job.record;
         self.session
             .execute_unpaged(
                 &self.jt.due_put,
                 (
-                    lane_i32(job.lane),
-                    &job.tenant,
-                    job.subscription,
-                    job.due_at_ms,
-                    &id_key(job.id)[..],
+                    lane_i32(r.lane),
+                    &r.tenant,
+                    r.subscription,
+                    job.row_due_ms,
+                    &id_key(r.id)[..],
                     now_ms(),
                 ),
             )
@@ -239,23 +347,103 @@ impl CqlStore {
         Ok(())
     }
 
-    /// Moves jobs to their new state (see the module's write order).
-    pub(super) async fn move_jobs(
+    /// Runs statements as unlogged batches of at most `per_batch`, the batches concurrently.
+    async fn in_batches<'a>(
         &self,
-        moves: &[(JobRecord, JobRecord)],
+        statements: Vec<(&PreparedStatement, BoxedRow<'a>)>,
+        per_batch: usize,
     ) -> Result<(), StoreError> {
-        all(moves
-            .iter()
-            .filter(|(b, a)| b.due_at_ms != a.due_at_ms)
-            .map(|(_, a)| self.put_due(a)))
-        .await?;
-        all(moves.iter().map(|(_, a)| self.put_job(a))).await?;
-        all(moves
-            .iter()
-            .filter(|(b, a)| b.due_at_ms != a.due_at_ms)
-            .map(|(b, _)| self.delete_due(b.lane, &b.tenant, b.subscription, b.due_at_ms, b.id)))
+        let mut batches = Vec::new();
+        let mut statements = statements.into_iter().peekable();
+        while statements.peek().is_some() {
+            let mut b = Batch::new(BatchType::Unlogged);
+            b.set_consistency(Consistency::LocalQuorum);
+            let mut values: Vec<BoxedRow<'a>> = Vec::with_capacity(per_batch);
+            for (stmt, row) in statements.by_ref().take(per_batch) {
+                b.append_statement(stmt.clone());
+                values.push(row);
+            }
+            batches.push((b, values));
+        }
+        all(batches.into_iter().map(|(b, values)| async move {
+            self.session.batch(&b, values).await.map_err(unavailable)?;
+            Ok(())
+        }))
         .await?;
         Ok(())
+    }
+
+    /// Due-row statements of `jobs` (at `row_due_ms`), grouped so each batch is one queue's.
+    fn due_rows<'a>(
+        &'a self,
+        jobs: impl Iterator<Item = &'a StoredJob>,
+        delete: bool,
+    ) -> Vec<(&'a PreparedStatement, BoxedRow<'a>)> {
+        let mut jobs: Vec<&StoredJob> = jobs.collect();
+        jobs.sort_by(|a, b| {
+            let (a, b) = (&a.record, &b.record);
+            (a.lane, &a.tenant, a.subscription).cmp(&(b.lane, &b.tenant, b.subscription))
+        });
+        let now = now_ms();
+        jobs.into_iter()
+            .map(|j| {
+                let r = &j.record;
+                let key = id_key(r.id).to_vec();
+                let (lane, tenant, sub, due) = (
+                    lane_i32(r.lane),
+                    r.tenant.as_str(),
+                    r.subscription,
+                    j.row_due_ms,
+                );
+                if delete {
+                    let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key));
+                    (&self.jt.due_delete, row)
+                } else {
+                    let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key, now));
+                    (&self.jt.due_put, row)
+                }
+            })
+            .collect()
+    }
+
+    /// Writes jobs' new states (see the module's write order).
+    pub(super) async fn write_jobs(
+        &self,
+        writes: &[(StoredJob, StoredJob)],
+    ) -> Result<(), StoreError> {
+        let moved = |(b, a): &&(StoredJob, StoredJob)| b.row_due_ms != a.row_due_ms;
+        let new_rows = self.due_rows(writes.iter().filter(moved).map(|(_, a)| a), false);
+        self.in_batches(new_rows, QUEUE_ROWS_PER_BATCH).await?;
+        let job_rows = writes
+            .iter()
+            .map(|(_, a)| {
+                let row: BoxedRow<'_> = Box::new((id_key(a.record.id).to_vec(), encode(a)));
+                (&self.jt.job_put, row)
+            })
+            .collect();
+        self.in_batches(job_rows, JOB_ROWS_PER_BATCH).await?;
+        for (_, a) in writes {
+            self.known.put(a.clone());
+        }
+        let old_rows = self.due_rows(writes.iter().filter(moved).map(|(b, _)| b), true);
+        self.in_batches(old_rows, QUEUE_ROWS_PER_BATCH).await
+    }
+
+    /// Removes jobs: the job rows, then their due rows.
+    async fn remove_jobs(&self, removes: &[StoredJob]) -> Result<(), StoreError> {
+        let job_rows = removes
+            .iter()
+            .map(|j| {
+                let row: BoxedRow<'_> = Box::new((id_key(j.record.id).to_vec(),));
+                (&self.jt.job_delete, row)
+            })
+            .collect();
+        self.in_batches(job_rows, JOB_ROWS_PER_BATCH).await?;
+        for j in removes {
+            self.known.forget(j.record.id);
+        }
+        self.in_batches(self.due_rows(removes.iter(), true), QUEUE_ROWS_PER_BATCH)
+            .await
     }
 
     /// The event a job delivers, if still stored (retention may have expired it).
@@ -276,7 +464,18 @@ impl CqlStore {
         }
     }
 
-    /// One delivery step: outcomes first, then leases (R-DI-8).
+    /// Writes a plan: dead letters first, then the job rows it rewrites and removes.
+    async fn apply(&self, plan: &Plan) -> Result<(), StoreError> {
+        all(plan.letters.iter().map(|l| self.put_dead_letter(l))).await?;
+        futures::future::try_join(
+            self.write_jobs(&plan.writes),
+            self.remove_jobs(&plan.removes),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One delivery step: outcomes and leases (R-DI-8).
     pub(super) async fn step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
         let ids: Vec<u128> = step
             .settle
@@ -289,81 +488,87 @@ impl CqlStore {
         let mut out = StepOutcome::default();
         let mut attempts: Vec<(&JobRecord, &AttemptRecord)> = Vec::new();
         let mut dead: Vec<&JobRecord> = Vec::new();
+        let bury = |job: &StoredJob, last: JobRecord, reason: String, plan: &mut Plan| {
+            plan.removes.push(job.clone());
+            plan.letters.push(DeadLetter {
+                job: last,
+                reason,
+                dead_at_ms: step.now_ms,
+            });
+        };
 
         for s in &step.settle {
             let Some(job) = jobs.get(&s.job) else {
                 continue; // replayed, cancelled or settled by an earlier step
             };
-            let (change, attempt) = settle_job(job, &s.settled);
+            let (change, attempt) = settle_job(&job.record, &s.settled);
             if let Some(a) = attempt {
-                attempts.push((job, a));
+                attempts.push((&job.record, a));
             }
             match change {
                 JobChange::Remove => plan.removes.push(job.clone()),
-                JobChange::Rewrite(next) => plan.moves.push((job.clone(), next)),
+                JobChange::Rewrite(next) => plan.writes.push((job.clone(), StoredJob::new(next))),
                 JobChange::Bury(last, reason) => {
-                    dead.push(job);
-                    plan.removes.push(job.clone());
-                    plan.letters.push(DeadLetter {
-                        job: last,
-                        reason,
-                        dead_at_ms: step.now_ms,
-                    });
+                    dead.push(&job.record);
+                    bury(job, last, reason, &mut plan);
                 }
             }
         }
 
+        // Leases go on beside the outcomes: different jobs, so the two need not wait for each
+        // other (a step's round trips are most of a CQL lane's time).
+        let mut leasing = Plan::default();
         let mut leases = Vec::new();
         for id in &step.start {
             let Some(job) = jobs.get(id) else { continue };
-            match lease_job(job, step.lease_until_ms, step.recovery_limit) {
+            match lease_job(&job.record, step.lease_until_ms, step.recovery_limit) {
                 Ok(next) => leases.push((job, next)),
                 Err(reason) => {
-                    dead.push(job);
-                    plan.removes.push(job.clone());
-                    plan.letters.push(DeadLetter {
-                        job: job.clone(),
-                        reason,
-                        dead_at_ms: step.now_ms,
-                    });
+                    dead.push(&job.record);
+                    bury(job, job.record.clone(), reason, &mut leasing);
                     out.poisoned.push(*id);
                 }
             }
         }
-        let events = all(leases.iter().map(|(job, _)| self.job_event(job))).await?;
-        for ((job, next), event) in leases.into_iter().zip(events) {
-            match event {
-                Some(event) => {
-                    plan.moves.push((job.clone(), next.clone()));
-                    out.started.push(Started { job: next, event });
-                }
-                None => {
-                    dead.push(job);
-                    plan.removes.push(job.clone());
-                    plan.letters.push(DeadLetter {
-                        job: job.clone(),
-                        reason: EVENT_GONE.into(),
-                        dead_at_ms: step.now_ms,
-                    });
-                    out.poisoned.push(job.id);
+        let outcomes = self.apply(&plan);
+        let starts = async {
+            let events = all(leases.iter().map(|(job, _)| self.job_event(&job.record))).await?;
+            let (mut started, mut gone) = (Vec::new(), Vec::new());
+            for ((job, next), event) in leases.iter().zip(events) {
+                match event {
+                    Some(event) => {
+                        let leased = StoredJob {
+                            record: next.clone(),
+                            row_due_ms: job.row_due_ms,
+                            leased_by: Some(self.holds.owner),
+                        };
+                        leasing.writes.push(((*job).clone(), leased));
+                        started.push(Started {
+                            job: next.clone(),
+                            event,
+                        });
+                    }
+                    None => {
+                        gone.push(job.record.id);
+                        bury(job, job.record.clone(), EVENT_GONE.into(), &mut leasing);
+                    }
                 }
             }
+            self.apply(&leasing).await?;
+            Ok::<_, StoreError>((started, gone, leasing.removes))
+        };
+        let ((), (started, gone, lease_removes)) =
+            futures::future::try_join(outcomes, starts).await?;
+        out.started = started;
+        for id in gone {
+            if let Some(job) = jobs.get(&id) {
+                dead.push(&job.record);
+            }
+            out.poisoned.push(id);
         }
-
-        all(plan.letters.iter().map(|l| self.put_dead_letter(l))).await?;
-        self.move_jobs(&plan.moves).await?;
-        all(plan.removes.iter().map(|j| async move {
-            self.session
-                .execute_unpaged(&self.jt.job_delete, (&id_key(j.id)[..],))
-                .await
-                .map_err(unavailable)?;
-            self.delete_due(j.lane, &j.tenant, j.subscription, j.due_at_ms, j.id)
-                .await
-        }))
-        .await?;
         let mut removed: HashMap<Lane, i64> = HashMap::new();
-        for j in &plan.removes {
-            *removed.entry(j.lane).or_default() -= 1;
+        for j in plan.removes.iter().chain(&lease_removes) {
+            *removed.entry(j.record.lane).or_default() -= 1;
         }
         all(removed.into_iter().map(|(lane, n)| self.count(lane, n))).await?;
         out.streaks = self.record_outcomes(&attempts, &dead).await?;

@@ -1,9 +1,9 @@
 //! Who delivers a lane (CQL): an engine holds a lane for a short time, renewed while it pages it,
 //! taken and renewed by lightweight transactions on the `lanes` row. Only the holder pages a
 //! lane, so two engines never lease the same job at once; an engine that dies loses its lanes
-//! when their hold lapses, and whoever takes a lane after another holder releases that holder's
-//! job leases at once (they are due now, each keeping its `starts`, so the lapse counts as a
-//! recovery, R-DI-8) instead of waiting for each lease to lapse.
+//! when their hold lapses. A lease counts only for the process that took it (`jobs.rs`), so the
+//! next holder finds the dead holder's leased jobs due at once, each lapse counted as a recovery
+//! (R-DI-8), instead of waiting for each lease to run out.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,16 +11,14 @@ use std::sync::Mutex;
 use futures::TryStreamExt;
 use uuid::Uuid;
 
-use super::jobs::{all, id_of};
+use super::jobs::all;
 use super::lwt::lwt;
 use super::{unavailable, CqlStore};
-use crate::store::{JobRecord, Lane, StoreError};
+use crate::store::{Lane, StoreError};
 
 /// How long a hold lasts, and how early it is renewed.
 const HOLD_MS: i64 = 10_000;
 const RENEW_BEFORE_MS: i64 = 5_000;
-/// How far ahead a released holder's leases are looked for: beyond any lease's length.
-const LEASE_HORIZON_MS: i64 = 10 * 60_000;
 
 /// This process's holds.
 #[derive(Debug)]
@@ -90,7 +88,7 @@ impl CqlStore {
         let row: Option<(Option<Uuid>, Option<i64>)> = self
             .first_row(&self.jt.lane_read, (lane_i32(lane),))
             .await?;
-        let (applied, release) = match row {
+        let (applied, taken) = match row {
             None => {
                 let answer = lwt(self
                     .session
@@ -120,65 +118,36 @@ impl CqlStore {
             self.holds.set(lane, None);
             return Ok(false);
         }
-        if release {
-            let released = self.release_leases(lane, now).await?;
-            if released > 0 {
-                tracing::info!(
-                    lane,
-                    released,
-                    "took a lane: its earlier holder's leases are due now"
-                );
-            }
+        if taken {
+            // Another process may have written this lane's jobs and statistics since we last
+            // held it.
+            self.known.clear();
+            self.stats_rows.clear();
+            tracing::debug!(lane, "holding a delivery lane");
         }
         self.holds.set(lane, Some(until));
         Ok(true)
     }
 
-    /// Makes every leased job of `lane` due now (its holder is gone).
-    async fn release_leases(&self, lane: Lane, now: i64) -> Result<usize, StoreError> {
-        let mut released = 0;
-        for (tenant, sub, _) in self.lane_queues(lane).await? {
-            let rows = self
-                .session
-                .execute_iter(
-                    self.jt.due_page.clone(),
-                    (
-                        lane_i32(lane),
-                        &tenant,
-                        sub,
-                        now + 1,
-                        now + LEASE_HORIZON_MS,
-                        i32::MAX,
-                    ),
-                )
-                .await
-                .map_err(unavailable)?
-                .rows_stream::<(i64, Vec<u8>, Option<i64>)>()
-                .map_err(unavailable)?
-                .try_collect::<Vec<_>>()
+    /// Ends this process's holds on `lanes` (a clean stop: no lease of ours is left behind).
+    pub(super) async fn let_go(&self, lanes: &[Lane]) -> Result<(), StoreError> {
+        self.flush_stats(true).await?;
+        let me = self.holds.owner;
+        let held: Vec<Lane> = lanes
+            .iter()
+            .copied()
+            .filter(|l| self.holds.until(*l).is_some())
+            .collect();
+        all(held.iter().map(|&lane| async move {
+            self.holds.set(lane, None);
+            self.session
+                .execute_unpaged(&self.jt.lane_let_go, (lane_i32(lane), me))
                 .await
                 .map_err(unavailable)?;
-            let ids = rows
-                .iter()
-                .map(|(_, id, _)| id_of(id))
-                .collect::<Result<Vec<_>, _>>()?;
-            let jobs = all(ids.into_iter().map(|id| self.load_job(id))).await?;
-            let moves: Vec<(JobRecord, JobRecord)> = jobs
-                .into_iter()
-                .flatten()
-                .filter(|j| j.starts > j.attempts && j.due_at_ms > now)
-                .map(|j| {
-                    let due = JobRecord {
-                        due_at_ms: now,
-                        ..j.clone()
-                    };
-                    (j, due)
-                })
-                .collect();
-            released += moves.len();
-            self.move_jobs(&moves).await?;
-        }
-        Ok(released)
+            Ok(())
+        }))
+        .await?;
+        Ok(())
     }
 
     /// A lane's queues: (tenant, subscription, write time of `touched` in µs).

@@ -92,6 +92,10 @@ pub struct CqlStore {
     settings: CqlSettings,
     /// The delivery lanes this process holds.
     holds: lanes::Holds,
+    /// Jobs of held lanes as stored, kept by their only writer (see `jobs.rs`).
+    known: jobs::Known,
+    /// Statistics rows of held lanes, written at most once a second (see `outcomes.rs`).
+    stats_rows: outcomes::StatsRows,
     paging: paging::PagingState,
     /// Last known head per tenant: a guess that saves a read; a wrong guess costs one failed
     /// condition, never correctness.
@@ -160,6 +164,8 @@ impl CqlStore {
             jt,
             settings,
             holds: lanes::Holds::new(),
+            known: jobs::Known::default(),
+            stats_rows: outcomes::StatsRows::default(),
             paging: paging::PagingState::default(),
             heads: Mutex::new(HashMap::new()),
             last_qid: AtomicU64::new(0),
@@ -280,6 +286,10 @@ impl Store for CqlStore {
 
     async fn pending_jobs(&self) -> Result<u64, StoreError> {
         self.pending().await
+    }
+
+    async fn release_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
+        self.let_go(&lanes).await
     }
 
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {

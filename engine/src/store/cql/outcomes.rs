@@ -2,14 +2,18 @@
 //!
 //! Statistics are kept per lane (`delivery_stats`, one row per subscription and lane): a lane has
 //! one holder, so its row is read, changed and written without a race; a reader merges the rows.
+//! The holder keeps its rows in memory and writes a changed one at most once a second (and at a
+//! clean stop): a crash loses at most a second of counts, never a job or a dead letter.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::jobs::{all, id_key};
+use super::jobs::{all, id_key, StoredJob};
 use super::{unavailable, CqlStore};
+use crate::clock::now_ms;
 use crate::delivery::autodisable::Streak;
 use crate::store::codec::{decode, encode};
 use crate::store::{
@@ -73,6 +77,62 @@ pub(super) fn merge(rows: &[LaneStats]) -> DeliveryStats {
 
 type StatsKey = (String, Uuid, Lane);
 
+/// How often a changed statistics row is written.
+const FLUSH_EVERY_MS: i64 = 1_000;
+
+/// This process's statistics rows (of the lanes it holds), as last changed.
+#[derive(Debug, Default)]
+pub(super) struct StatsRows(Mutex<HashMap<StatsKey, Kept>>);
+
+#[derive(Debug)]
+struct Kept {
+    stats: LaneStats,
+    written_ms: i64,
+    dirty: bool,
+}
+
+impl StatsRows {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<StatsKey, Kept>> {
+        // A poisoned lock only means a panic elsewhere mid-update of counters: keep going.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Rows changed and not written for `FLUSH_EVERY_MS` (all changed rows when `all`).
+    fn due(&self, now: i64, all: bool) -> Vec<(StatsKey, LaneStats)> {
+        self.lock()
+            .iter()
+            .filter(|(_, k)| k.dirty && (all || now - k.written_ms >= FLUSH_EVERY_MS))
+            .map(|(key, k)| (key.clone(), k.stats.clone()))
+            .collect()
+    }
+
+    fn written(&self, keys: &[(StatsKey, LaneStats)], now: i64) {
+        let mut rows = self.lock();
+        for (key, stats) in keys {
+            if let Some(k) = rows.get_mut(key) {
+                k.written_ms = now;
+                k.dirty = k.stats != *stats; // changed again meanwhile: still to write
+            }
+        }
+    }
+
+    /// This process's rows of one subscription, by lane.
+    fn of(&self, tenant: &str, sub: Uuid) -> Vec<(Lane, LaneStats)> {
+        self.lock()
+            .iter()
+            .filter(|((t, s, _), _)| t == tenant && *s == sub)
+            .map(|((_, _, lane), k)| (*lane, k.stats.clone()))
+            .collect()
+    }
+
+    /// After a lane changed hands: the rows another process wrote win over ours.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
 impl CqlStore {
     pub(super) async fn put_dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         let job = &letter.job;
@@ -100,6 +160,7 @@ impl CqlStore {
             .map_or(Ok(LaneStats::default()), |b| decode(&b))
     }
 
+    /// A subscription's rows by lane: as stored, with this process's newer rows over them.
     async fn all_lane_stats(&self, tenant: &str, sub: Uuid) -> Result<Vec<LaneStats>, StoreError> {
         let rows = self
             .session
@@ -108,13 +169,31 @@ impl CqlStore {
             .map_err(unavailable)?
             .into_rows_result()
             .map_err(unavailable)?;
-        let mut out = Vec::new();
-        for row in rows.rows::<(Option<Vec<u8>>,)>().map_err(unavailable)? {
-            if let (Some(blob),) = row.map_err(unavailable)? {
-                out.push(decode(&blob)?);
+        let mut by_lane: HashMap<Lane, LaneStats> = HashMap::new();
+        for row in rows.rows::<(i32, Option<Vec<u8>>)>().map_err(unavailable)? {
+            if let (lane, Some(blob)) = row.map_err(unavailable)? {
+                by_lane.insert(Lane::try_from(lane).unwrap_or(0), decode(&blob)?);
             }
         }
-        Ok(out)
+        by_lane.extend(self.stats_rows.of(tenant, sub));
+        Ok(by_lane.into_values().collect())
+    }
+
+    /// Writes this process's changed rows (those kept a second, or all of them).
+    pub(super) async fn flush_stats(&self, all_rows: bool) -> Result<(), StoreError> {
+        let now = now_ms();
+        let due = self.stats_rows.due(now, all_rows);
+        all(due.iter().map(|((tenant, sub, lane), row)| async move {
+            let lane = i32::try_from(*lane).unwrap_or(i32::MAX);
+            self.session
+                .execute_unpaged(&self.jt.stats_put, (tenant, *sub, lane, encode(row)))
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        }))
+        .await?;
+        self.stats_rows.written(&due, now);
+        Ok(())
     }
 
     /// Counts a step's attempts and dead letters in their lanes' rows; returns the merged streak
@@ -133,35 +212,43 @@ impl CqlStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let loaded = all(keys.into_iter().map(|k| async move {
+        let missing: Vec<StatsKey> = {
+            let rows = self.stats_rows.lock();
+            keys.into_iter().filter(|k| !rows.contains_key(k)).collect()
+        };
+        let loaded = all(missing.into_iter().map(|k| async move {
             let stats = self.lane_stats(&k).await?;
             Ok::<_, StoreError>((k, stats))
         }))
         .await?;
-        let mut rows: HashMap<StatsKey, LaneStats> = loaded.into_iter().collect();
         let mut failing: HashSet<(String, Uuid)> = HashSet::new();
-        for (job, a) in attempts {
-            if let Some(row) = rows.get_mut(&key(job)) {
-                row.record(a);
+        {
+            let now = now_ms();
+            let mut rows = self.stats_rows.lock();
+            for (k, stats) in loaded {
+                rows.entry(k).or_insert(Kept {
+                    stats,
+                    written_ms: now,
+                    dirty: false,
+                });
             }
-            if !a.success {
-                failing.insert((job.tenant.clone(), job.subscription));
+            for (job, a) in attempts {
+                if let Some(row) = rows.get_mut(&key(job)) {
+                    row.stats.record(a);
+                    row.dirty = true;
+                }
+                if !a.success {
+                    failing.insert((job.tenant.clone(), job.subscription));
+                }
+            }
+            for job in dead {
+                if let Some(row) = rows.get_mut(&key(job)) {
+                    row.stats.stats.dead_letters += 1;
+                    row.dirty = true;
+                }
             }
         }
-        for job in dead {
-            if let Some(row) = rows.get_mut(&key(job)) {
-                row.stats.dead_letters += 1;
-            }
-        }
-        all(rows.iter().map(|((tenant, sub, lane), row)| async move {
-            let lane = i32::try_from(*lane).unwrap_or(i32::MAX);
-            self.session
-                .execute_unpaged(&self.jt.stats_put, (tenant, *sub, lane, encode(row)))
-                .await
-                .map_err(unavailable)?;
-            Ok(())
-        }))
-        .await?;
+        self.flush_stats(false).await?;
         all(failing.into_iter().map(|(tenant, sub)| async move {
             let merged = merge(&self.all_lane_stats(&tenant, sub).await?);
             Ok::<_, StoreError>((tenant, sub, merged.streak))
@@ -231,25 +318,27 @@ impl CqlStore {
         // The job first (a fresh row, newer than any tombstone of its earlier life), then the
         // dead letter goes: a crash in between leaves both, and a second replay is harmless.
         all(letters.iter().map(|letter| async move {
-            let job = JobRecord {
+            let job = StoredJob::new(JobRecord {
                 due_at_ms: now_ms,
                 attempts: 0,
                 starts: 0,
                 last: None,
                 ..letter.job.clone()
-            };
+            });
+            let r = &job.record;
+            // The job row before its due row (see `jobs.rs`).
+            self.session
+                .execute_unpaged(&self.jt.job_put, (&id_key(r.id)[..], encode(&job)))
+                .await
+                .map_err(unavailable)?;
+            self.known.forget(r.id);
             self.put_due(&job).await?;
+            self.touch_queue(r.lane, &r.tenant, r.subscription).await?;
             self.session
-                .execute_unpaged(&self.jt.job_put, (&id_key(job.id)[..], encode(&job)))
+                .execute_unpaged(&self.jt.dead_delete, (tenant, sub, &id_key(r.id)[..]))
                 .await
                 .map_err(unavailable)?;
-            self.touch_queue(job.lane, &job.tenant, job.subscription)
-                .await?;
-            self.session
-                .execute_unpaged(&self.jt.dead_delete, (tenant, sub, &id_key(job.id)[..]))
-                .await
-                .map_err(unavailable)?;
-            self.count(job.lane, 1).await
+            self.count(r.lane, 1).await
         }))
         .await?;
         Ok(letters.len() as u64)

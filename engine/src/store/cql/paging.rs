@@ -5,6 +5,11 @@
 //! last time (rows below it are gone). A job can appear below the floor — a replayed creation
 //! keeps its claim's time — so each queue is also paged from its start at least every
 //! `FULL_SCAN_EVERY_MS`: such a job waits at most that long, it is never lost.
+//!
+//! Within a queue, a page goes on after the last row the previous page read (the lane holds
+//! those, or leased them: their rows stay in place), until a page comes back short — the queue's
+//! tail — and the next starts from the floor again. So a long backlog is read once per pass, not
+//! once per page.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -32,11 +37,16 @@ const SKIP_ROOM: usize = 256;
 const EMPTY_LANE_EVERY_MS: i64 = 500;
 
 /// Where a queue's next page starts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Floor {
     from_ms: i64,
     full_scan_at_ms: i64,
+    /// The last row the previous page read, when it was not the queue's tail.
+    after: Option<(i64, Vec<u8>)>,
 }
+
+/// Rows read past `want` when going on after a cursor (a few may be held by the lane).
+const CURSOR_SLACK: usize = 16;
 
 /// Paging state of this process (floors per queue, lanes last seen empty).
 #[derive(Debug, Default)]
@@ -140,42 +150,62 @@ impl CqlStore {
             .floors
             .lock()
             .ok()
-            .and_then(|f| f.get(&key).copied());
+            .and_then(|f| f.get(&key).cloned());
         let full = floor
+            .as_ref()
             .is_none_or(|f| clock - f.full_scan_at_ms >= FULL_SCAN_EVERY_MS || f.from_ms > now);
-        let from = match floor {
-            Some(f) if !full => f.from_ms,
-            _ => i64::MIN,
+        let (from, after) = match &floor {
+            Some(f) if !full => (f.from_ms, f.after.clone()),
+            _ => (i64::MIN, None),
         };
         let lane_i = i32::try_from(*lane).unwrap_or(i32::MAX);
-        let read = i32::try_from(want + SKIP_ROOM.min(skip.len())).unwrap_or(i32::MAX);
-        let rows = self
-            .session
-            .execute_unpaged(&self.jt.due_page, (lane_i, tenant, *sub, from, now, read))
-            .await
+        let read = match after {
+            Some(_) => want + CURSOR_SLACK,
+            None => want + SKIP_ROOM.min(skip.len()),
+        };
+        let read_i = i32::try_from(read).unwrap_or(i32::MAX);
+        let answer = match &after {
+            Some((due, id)) => {
+                let values = (lane_i, tenant, *sub, *due, id.as_slice(), now, read_i);
+                self.session
+                    .execute_unpaged(&self.jt.due_page_after, values)
+                    .await
+            }
+            None => {
+                let values = (lane_i, tenant, *sub, from, now, read_i);
+                self.session
+                    .execute_unpaged(&self.jt.due_page, values)
+                    .await
+            }
+        };
+        let rows: Vec<(i64, Vec<u8>, Option<i64>)> = answer
             .map_err(unavailable)?
             .into_rows_result()
-            .map_err(unavailable)?;
-        let rows: Vec<(i64, Vec<u8>, Option<i64>)> = rows
+            .map_err(unavailable)?
             .rows::<(i64, Vec<u8>, Option<i64>)>()
             .map_err(unavailable)?
             .collect::<Result<_, _>>()
             .map_err(unavailable)?;
 
         let next = Floor {
-            from_ms: rows
-                .first()
-                .map_or(from.max(now - FLOOR_LAG_MS), |(due, _, _)| *due),
-            full_scan_at_ms: match floor {
+            from_ms: match (&after, rows.first()) {
+                (Some(_), _) => from,
+                (None, Some((due, _, _))) => *due,
+                (None, None) => from.max(now - FLOOR_LAG_MS),
+            },
+            full_scan_at_ms: match &floor {
                 Some(f) if !full => f.full_scan_at_ms,
                 _ => clock,
             },
+            after: (rows.len() == read)
+                .then(|| rows.last().map(|(due, id, _)| (*due, id.clone())))
+                .flatten(),
         };
         if let Ok(mut f) = self.paging.floors.lock() {
             f.insert(key.clone(), next);
         }
         if rows.is_empty() {
-            if full {
+            if full && after.is_none() {
                 self.drop_if_empty(*lane, tenant, *sub, *touched_us).await?;
             }
             return Ok(Vec::new());
@@ -192,17 +222,25 @@ impl CqlStore {
             Ok::<_, StoreError>((due, id, written, self.load_job(id).await?))
         }))
         .await?;
+        let me = self.holds.owner;
         let mut out = Vec::with_capacity(loaded.len());
         let mut stale = Vec::new();
         for (due, id, written, job) in loaded {
             match job {
-                Some(job) if job.due_at_ms == due => out.push(job),
-                // Its job is gone, or has moved on and this row is a crashed move's leftover.
+                // Leased by this process and the lease runs: not due. A lease of another process
+                // (an earlier holder of the lane) counts for nothing: due now.
+                Some(job) if job.row_due_ms == due => {
+                    if !job.leased_by(me, now) {
+                        out.push(job.record.clone());
+                    }
+                    self.known.put(job);
+                }
+                // Its job is gone, or names another row and this one is a crashed move's leftover.
                 None => stale.push((due, id)),
                 Some(_) if written.is_none_or(|w| clock - w > STALE_AFTER_MS) => {
                     stale.push((due, id))
                 }
-                Some(_) => {} // a move under way: the job is paged at its new time
+                Some(_) => {} // a move under way: the job is paged at its new row
             }
         }
         all(stale
