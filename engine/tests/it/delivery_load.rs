@@ -16,15 +16,17 @@ use crate::support::*;
 /// recorded) at the crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_1_kill_9_during_delivery_loses_no_job() {
-    kill_9_during_delivery_loses_no_job(Backend::Embedded).await;
+    kill_9_during_delivery_loses_no_job(Backend::Embedded, 50_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On CQL with 10,000 events: the debug-built engine delivers a few hundred per second against
+/// Cassandra on these two cores, and CI must stay short; the 50,000-event run is the embedded one.
 async fn r_di_1_kill_9_during_delivery_loses_no_job_cql() {
-    kill_9_during_delivery_loses_no_job(Backend::Cql).await;
+    kill_9_during_delivery_loses_no_job(Backend::Cql, 10_000).await;
 }
 
-async fn kill_9_during_delivery_loses_no_job(backend: Backend) {
+async fn kill_9_during_delivery_loses_no_job(backend: Backend, events: usize) {
     let _broker = exclusive_broker().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Counter::start().await;
@@ -44,9 +46,8 @@ async fn kill_9_during_delivery_loses_no_job(backend: Backend) {
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
 
-    const EVENTS: usize = 50_000;
-    let sent = produce_over(&tenants, EVENTS).await;
-    let total = EVENTS * paths.len();
+    let sent = produce_over(&tenants, events).await;
+    let total = events * paths.len();
     assert!(
         eventually(Duration::from_secs(300), || receiver.counts().len()
             >= total / 5)
@@ -76,9 +77,13 @@ async fn kill_9_during_delivery_loses_no_job(backend: Backend) {
     );
     let duplicates: u32 = counts.values().map(|n| n - 1).sum();
     // Repeated only what was leased at the crash (attempted, outcome not yet recorded): a lane
-    // leases at most 8 rounds of its 8 workers (2 shards × 64).
+    // leases at most 8 rounds of its 8 workers (2 shards × 64); on CQL 32 rounds (2 × 256).
+    let leased_at_most = match backend {
+        Backend::Embedded => 128,
+        Backend::Cql => 512,
+    };
     assert!(
-        duplicates <= 128,
+        duplicates <= leased_at_most,
         "{duplicates} duplicates; {at_crash} delivered at the crash"
     );
     if let Backend::Embedded = backend {
