@@ -90,6 +90,9 @@ pub struct HubConfig {
     /// How far apart a streak's first and last failure must be (R-DI-10: 12 h). Env
     /// `STREAMING_HUB_AUTODISABLE_MIN_SPREAD_MS`; lowered only for drills and tests.
     pub autodisable_min_spread_ms: i64,
+    /// Whether the hub's own events (R-CP-5) are also published to `lerian.streaming.hub` when
+    /// Kafka is configured. Env `STREAMING_HUB_PUBLISH_HUB_EVENTS`. Default true.
+    pub publish_hub_events: bool,
     /// How often each shard's lane looks for jobs coming due (retries). Env
     /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200.
     pub delivery_poll_ms: u64,
@@ -120,6 +123,7 @@ impl Default for HubConfig {
             autodisable_enabled: true,
             autodisable_window_ms: crate::delivery::autodisable::DEFAULT_WINDOW_MS,
             autodisable_min_spread_ms: crate::delivery::autodisable::MIN_SPREAD_MS,
+            publish_hub_events: true,
             delivery_poll_ms: 200,
         }
     }
@@ -250,6 +254,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("AUTODISABLE_MIN_SPREAD_MS") {
             self.autodisable_min_spread_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("PUBLISH_HUB_EVENTS") {
+            self.publish_hub_events = parse(&k, v)?;
         }
         if let Some((k, v)) = env("DELIVERY_POLL_MS") {
             self.delivery_poll_ms = parse(&k, v)?;

@@ -126,6 +126,12 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             store: store.clone(),
             routing: delivery.routing.clone(),
             tokio: tokio.handle().clone(),
+            kafka: match &config.kafka_brokers {
+                Some(brokers) if config.publish_hub_events => {
+                    Some(crate::delivery::hub_events::hub_producer(brokers)?)
+                }
+                _ => None,
+            },
         }));
     let listener = tokio
         .block_on(tokio::net::TcpListener::bind(config.http_addr))

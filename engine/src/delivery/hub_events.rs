@@ -1,22 +1,76 @@
 //! The hub's own operational events (R-CP-5) enter the pipeline like a producer's: an accepted
 //! inbox event with source `hub` for the subscription's tenant (`studio.lerian.hub.<key>`),
-//! stored, numbered, matched and delivered by the same code. Publishing them to
-//! `lerian.streaming.hub` on Kafka is not built.
+//! stored, numbered, matched and delivered by the same code. When Kafka is configured they are
+//! also published to `lerian.streaming.hub` as binary-mode CloudEvents, for anyone else who
+//! listens; the hub's own consumer reads that copy back as a duplicate of what it stored (same
+//! tenant and id), so it is neither stored nor delivered twice.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hub_control::probe::HubEvents;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
 use uuid::Uuid;
 
 use crate::ingest::jobs::JobRouting;
 use crate::store::{Fence, InboxEvent, IngestBatch, Store, UnitId};
 
-/// Writes hub events into the store on the tokio side.
-#[derive(Debug)]
+/// Writes hub events into the store on the tokio side, and publishes them to Kafka.
 pub struct PipelineEvents {
     pub store: Arc<dyn Store>,
     pub routing: Option<JobRouting>,
     pub tokio: tokio::runtime::Handle,
+    pub kafka: Option<FutureProducer>,
+}
+
+impl std::fmt::Debug for PipelineEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineEvents")
+            .field("kafka", &self.kafka.is_some())
+            .finish()
+    }
+}
+
+/// The topic hub events are published to.
+pub const HUB_TOPIC: &str = "lerian.streaming.hub";
+
+/// A producer for hub events on `brokers`.
+pub fn hub_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("message.timeout.ms", "30000")
+        .create()?)
+}
+
+/// The binary-mode CloudEvent headers of a hub event (the attributes R-IN-2 reads).
+fn cloud_event_headers(e: &InboxEvent) -> OwnedHeaders {
+    let (resource, kind) = e.key.split_once('.').unwrap_or((e.key.as_str(), ""));
+    let id = e.id.to_string();
+    let mut attrs = vec![
+        ("ce-specversion", "1.0"),
+        ("ce-id", id.as_str()),
+        ("ce-source", e.source.as_str()),
+        ("ce-type", e.ce_type.as_str()),
+        ("ce-time", e.time.as_str()),
+        ("ce-schemaversion", e.schema_version.as_str()),
+        ("ce-resourcetype", resource),
+        ("ce-eventtype", kind),
+        ("ce-tenantid", e.tenant.as_str()),
+        ("ce-datacontenttype", "application/json"),
+    ];
+    if let Some(subject) = &e.subject {
+        attrs.push(("ce-subject", subject.as_str()));
+    }
+    attrs
+        .into_iter()
+        .fold(OwnedHeaders::new(), |h, (key, value)| {
+            h.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            })
+        })
 }
 
 /// The unit hub events are written under (no Kafka position: dedup by id only).
@@ -43,6 +97,15 @@ impl HubEvents for PipelineEvents {
             received_at_ms: now,
             offset: -1,
         };
+        let published = self.kafka.clone().map(|producer| {
+            let headers = cloud_event_headers(&event);
+            (
+                producer,
+                headers,
+                event.payload.clone(),
+                subscription.to_string(),
+            )
+        });
         let mut batch = IngestBatch {
             events: vec![event],
             ..IngestBatch::default()
@@ -66,6 +129,15 @@ impl HubEvents for PipelineEvents {
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, key, "a hub event was not stored"),
+            }
+            if let Some((producer, headers, payload, record_key)) = published {
+                let record = FutureRecord::to(HUB_TOPIC)
+                    .key(&record_key)
+                    .payload(&payload)
+                    .headers(headers);
+                if let Err((e, _)) = producer.send(record, Duration::from_secs(30)).await {
+                    tracing::warn!(error = %e, key, "a hub event was not published to Kafka");
+                }
             }
         });
     }

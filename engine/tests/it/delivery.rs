@@ -15,10 +15,14 @@ use uuid::Uuid;
 use crate::receiver::{Act, Receiver};
 use crate::support::*;
 
-/// Settings every delivery test runs with: loopback receivers allowed, a short poll.
+/// Settings every delivery test runs with: loopback receivers allowed, a short poll, and hub
+/// events kept off Kafka (every engine under test consumes `lerian.streaming.*`: one test's
+/// `destination.verified` would land in another's exact counts). The test of that publication
+/// turns it on while it holds the broker.
 pub(crate) const ENV: &[(&str, &str)] = &[
     ("STREAMING_HUB_ALLOW_PRIVATE_HOSTS", "127.0.0.1"),
     ("STREAMING_HUB_DELIVERY_POLL_MS", "50"),
+    ("STREAMING_HUB_PUBLISH_HUB_EVENTS", "false"),
 ];
 
 /// The settings of an engine delivering from `backend`: on CQL, in a keyspace of its own — each
@@ -528,13 +532,19 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
 /// pipeline, and a subscription of the same tenant with `origin: hub` receives it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
+    let _broker = exclusive_broker().await;
     let Setup {
         dir: _dir,
         receiver,
         engine,
         tenant,
         api,
-    } = Setup::start("hubevents").await;
+    } = Setup::start_with(
+        "hubevents",
+        Backend::Embedded,
+        &[("STREAMING_HUB_PUBLISH_HUB_EVENTS", "true")],
+    )
+    .await;
     api.active_webhook(
         "ops",
         &receiver.url("/ops"),
@@ -560,7 +570,66 @@ async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
     let event = verified().expect("event");
     assert_eq!(event.header("x-lerian-event-source"), "hub");
     assert_eq!(event.header("x-lerian-tenant-id"), tenant);
+    // Also published to Kafka as a CloudEvent; the engine reads that copy back as a duplicate.
+    let id = event.header("x-lerian-event-id").to_owned();
+    let published = hub_event_on_kafka(&id).await;
+    assert_eq!(
+        published.get("ce-tenantid").map(String::as_str),
+        Some(tenant.as_str())
+    );
+    assert_eq!(
+        published.get("ce-type").map(String::as_str),
+        Some("studio.lerian.hub.destination.verified")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let copies = receiver
+        .received()
+        .iter()
+        .filter(|r| r.header("x-lerian-event-id") == id)
+        .count();
+    assert_eq!(copies, 1, "delivered once, the Kafka copy deduplicated");
     engine.stop();
+}
+
+/// The headers of the hub event `id` on `lerian.streaming.hub` (waits up to 20 s).
+async fn hub_event_on_kafka(id: &str) -> HashMap<String, String> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Headers;
+    use rdkafka::Message;
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .set(
+            "group.id",
+            format!("hub-events-{}", Uuid::now_v7().simple()),
+        )
+        .set("auto.offset.reset", "earliest")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .expect("consumer");
+    consumer
+        .subscribe(&["lerian.streaming.hub"])
+        .expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await else {
+            continue;
+        };
+        let headers: HashMap<String, String> = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        let value = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                        (h.key.to_owned(), value.into_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if headers.get("ce-id").map(String::as_str) == Some(id) {
+            return headers;
+        }
+    }
+    panic!("hub event {id} not published to lerian.streaming.hub");
 }
 
 /// R-DI-10, R-CP-5: a destination failing long enough (both gates, shortened here) is
