@@ -555,19 +555,7 @@ async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
     let (orders, _) = api
         .active_webhook("orders", &receiver.url("/orders"), json!({}))
         .await;
-    let verified = || {
-        receiver.received().into_iter().find(|r| {
-            r.path == "/ops"
-                && r.header("x-lerian-event-type") == "destination.verified"
-                && serde_json::from_slice::<Value>(&r.body)
-                    .is_ok_and(|b| b["subscription_id"] == orders)
-        })
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || verified().is_some()).await,
-        "the hub event reaches the ops webhook"
-    );
-    let event = verified().expect("event");
+    let event = hub_event(&receiver, "destination.verified", &orders, 10).await;
     assert_eq!(event.header("x-lerian-event-source"), "hub");
     assert_eq!(event.header("x-lerian-tenant-id"), tenant);
     // Also published to Kafka as a CloudEvent; the engine reads that copy back as a duplicate.
@@ -589,6 +577,27 @@ async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
         .count();
     assert_eq!(copies, 1, "delivered once, the Kafka copy deduplicated");
     engine.stop();
+}
+
+/// The hub event `key` about subscription `sub` as `receiver` got it (waits up to `secs`).
+async fn hub_event(
+    receiver: &Receiver,
+    key: &str,
+    sub: &str,
+    secs: u64,
+) -> crate::receiver::Received {
+    let find = || {
+        receiver.received().into_iter().find(|r| {
+            r.header("x-lerian-event-type") == key
+                && serde_json::from_slice::<Value>(&r.body)
+                    .is_ok_and(|b| b["subscription_id"] == sub)
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(secs), || find().is_some()).await,
+        "hub.{key} about {sub} reaches the webhook"
+    );
+    find().expect("event")
 }
 
 /// The headers of the hub event `id` on `lerian.streaming.hub` (waits up to 20 s).
@@ -679,18 +688,7 @@ async fn r_di_10_a_long_broken_destination_is_auto_disabled_and_announced() {
         assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let announced = || {
-        ops.received().into_iter().find(|r| {
-            r.header("x-lerian-event-type") == "destination.disabled"
-                && serde_json::from_slice::<Value>(&r.body)
-                    .is_ok_and(|b| b["subscription_id"] == broken)
-        })
-    };
-    assert!(
-        eventually(Duration::from_secs(30), || announced().is_some()).await,
-        "hub.destination.disabled reaches the ops webhook"
-    );
-    let event = announced().expect("event");
+    let event = hub_event(&ops, "destination.disabled", &broken, 30).await;
     assert_eq!(event.header("x-lerian-event-source"), "hub");
     let body: Value = serde_json::from_slice(&event.body).expect("json");
     assert!(body["reason"]
