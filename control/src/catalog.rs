@@ -26,6 +26,16 @@ struct FileEntry {
     majors: Vec<u32>,
 }
 
+/// The hub's own event keys (R-CP-5), always in the catalog under origin `hub`, major 1. Built
+/// in rather than observed: seeing one must not turn checking on for producers' keys.
+pub const HUB_KEYS: [&str; 2] = ["destination.verified", "destination.disabled"];
+const HUB_ORIGIN: &str = "hub";
+const HUB_MAJOR: u32 = 1;
+
+fn is_hub_key(key: &str) -> bool {
+    HUB_KEYS.contains(&key)
+}
+
 /// `(event key, origin)` → majors.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -71,6 +81,9 @@ impl Catalog {
 
     /// Adds a key seen in an accepted event.
     pub fn observe(&self, key: &str, origin: &str, major: u32) {
+        if origin == HUB_ORIGIN && is_hub_key(key) {
+            return; // built in
+        }
         if let Ok(mut e) = self.entries.write() {
             e.entry((key.to_owned(), origin.to_owned()))
                 .or_default()
@@ -123,6 +136,9 @@ impl Catalog {
         }
         for key in types {
             let major = event_majors.get(key).copied().unwrap_or(schema_major);
+            if is_hub_key(key) && major == HUB_MAJOR && origin.is_none_or(|o| o == HUB_ORIGIN) {
+                continue;
+            }
             let known = entries.iter().any(|((k, o), majors)| {
                 k == key && origin.is_none_or(|want| want == o) && majors.contains(&major)
             });
@@ -144,7 +160,12 @@ impl Catalog {
             .iter()
             .map(|((k, o), m)| json!({"eventKey": k, "origin": o, "majors": m}))
             .collect();
-        json!({ "items": items })
+        // The hub's own events, subscribed to with `origin: hub`, apart from producers' keys.
+        let hub: Vec<_> = HUB_KEYS
+            .iter()
+            .map(|k| json!({"eventKey": k, "origin": HUB_ORIGIN, "majors": [HUB_MAJOR]}))
+            .collect();
+        json!({ "items": items, "hub": hub })
     }
 }
 
@@ -183,6 +204,40 @@ mod tests {
         assert!(c
             .check(&["nope.x".into()], 1, &BTreeMap::new(), None)
             .is_err());
+        // The hub's own keys are always there, from origin hub (R-CP-5), and listed.
+        assert!(c
+            .check(
+                &["destination.verified".into()],
+                1,
+                &BTreeMap::new(),
+                Some("hub")
+            )
+            .is_ok());
+        assert!(c
+            .check(&["destination.disabled".into()], 1, &BTreeMap::new(), None)
+            .is_ok());
+        assert!(c
+            .check(
+                &["destination.verified".into()],
+                1,
+                &BTreeMap::new(),
+                Some("lender")
+            )
+            .is_err());
+        let listed = c.list();
+        assert_eq!(
+            listed["hub"][1]["eventKey"], "destination.disabled",
+            "{listed}"
+        );
+        assert!(listed["items"]
+            .as_array()
+            .is_some_and(|i| i.iter().all(|e| e["origin"] != "hub")));
+        // Seeing a hub event does not make an empty catalog start checking producers' keys.
+        let fresh = Catalog::load(None);
+        fresh.observe("destination.verified", "hub", 1);
+        assert!(fresh
+            .check(&["anything.new".into()], 1, &BTreeMap::new(), None)
+            .is_ok());
         let broken = Catalog::load(Some(Path::new("/nonexistent/catalog.toml")));
         broken.observe("a.b", "o", 1);
         assert!(

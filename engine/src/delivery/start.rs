@@ -139,12 +139,26 @@ impl Delivery {
 
 /// Probes pending webhooks automatically (R-CP-5): about a minute after creation, then at a
 /// doubling interval capped at an hour, until one succeeds or the subscription is paused.
+/// Probes due at once per round: a slow or silent destination (up to its timeout) must not hold
+/// back the others' probes.
+const PROBES_AT_ONCE: usize = 16;
+
 async fn auto_probe(subs: Arc<Subscriptions>, control: Arc<Control>, stop: Arc<AtomicBool>) {
+    use futures::StreamExt;
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
         let now = crate::clock::now_ms();
-        for sub in subs.all() {
-            control.auto_probe(&sub, now).await;
-        }
+        let probes: Vec<_> = subs
+            .all()
+            .into_iter()
+            .map(|sub| {
+                let control = control.clone();
+                async move { control.auto_probe(&sub, now).await }
+            })
+            .collect();
+        futures::stream::iter(probes)
+            .buffer_unordered(PROBES_AT_ONCE)
+            .for_each(|_| async {})
+            .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }

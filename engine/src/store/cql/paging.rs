@@ -114,7 +114,9 @@ impl CqlStore {
         queues.rotate_left(start);
         let mut out = Vec::new();
         for chunk in queues.chunks(QUEUES_AT_ONCE) {
-            let want = per_tenant.min(limit - out.len());
+            // The room left shared by the chunk's queues: a queue's cursor moves past what it
+            // read, so reading more than can be returned would pass over jobs until the tail.
+            let want = per_tenant.min((limit - out.len()).div_ceil(chunk.len()));
             let made: Vec<_> = chunk
                 .iter()
                 .map(|q| self.page_queue(q, now, clock, want, &skip))
