@@ -27,6 +27,9 @@ pub(super) struct Holds {
     pub owner: Uuid,
     /// Lanes held, with when the hold ends.
     held: Mutex<HashMap<Lane, i64>>,
+    /// Lanes another process holds, with when its hold ends as last read: not asked again
+    /// before then (each ask is a serial read).
+    others: Mutex<HashMap<Lane, i64>>,
 }
 
 impl Holds {
@@ -34,6 +37,24 @@ impl Holds {
         Self {
             owner: Uuid::now_v7(),
             held: Mutex::new(HashMap::new()),
+            others: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn held_elsewhere(&self, lane: Lane, now: i64) -> bool {
+        self.others
+            .lock()
+            .ok()
+            .and_then(|o| o.get(&lane).copied())
+            .is_some_and(|until| until >= now)
+    }
+
+    fn elsewhere(&self, lane: Lane, until: Option<i64>) {
+        if let Ok(mut o) = self.others.lock() {
+            match until {
+                Some(u) => o.insert(lane, u),
+                None => o.remove(&lane),
+            };
         }
     }
 
@@ -70,6 +91,9 @@ impl CqlStore {
             {
                 return Ok((lane, true));
             }
+            if self.holds.held_elsewhere(lane, now) {
+                return Ok((lane, false));
+            }
             Ok::<_, StoreError>((lane, self.try_hold(lane, now).await?))
         }))
         .await?;
@@ -100,6 +124,7 @@ impl CqlStore {
             Some((owner, held_until)) => {
                 let ours = owner == Some(me);
                 if !ours && held_until.is_some_and(|u| u >= now) {
+                    self.holds.elsewhere(lane, held_until);
                     (false, false)
                 } else {
                     let answer = lwt(self
@@ -115,9 +140,12 @@ impl CqlStore {
             }
         };
         if !applied {
+            // Lost a race for it: someone holds it for about a hold's length.
             self.holds.set(lane, None);
+            self.holds.elsewhere(lane, Some(now + HOLD_MS));
             return Ok(false);
         }
+        self.holds.elsewhere(lane, None);
         if taken {
             // Another process may have written this lane's jobs and statistics since we last
             // held it.
