@@ -39,6 +39,23 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// A new job: `event` (stored at `seq`) for subscription `sub`, in `lane`, due at once.
+    pub fn created(event: &super::InboxEvent, seq: u64, sub: Uuid, lane: Lane) -> Self {
+        Self {
+            id: job_id(event.id, sub),
+            lane,
+            tenant: event.tenant.clone(),
+            subscription: sub,
+            event_id: event.id,
+            event_seq: seq,
+            received_at_ms: event.received_at_ms,
+            due_at_ms: event.received_at_ms,
+            attempts: 0,
+            starts: 0,
+            last: None,
+        }
+    }
+
     /// Started attempts that never recorded an outcome (worker crash, lease lapsed).
     pub fn recoveries(&self) -> u32 {
         self.starts.saturating_sub(self.attempts)

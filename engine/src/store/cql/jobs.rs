@@ -39,9 +39,8 @@ use super::{as_i64, unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::{decode, encode};
 use crate::store::{
-    job_id, lease_job, settle_job, AttemptRecord, DeadLetter, DeliveryStep, InboxEvent,
-    IngestBatch, JobChange, JobRecord, Lane, Started, StepOutcome, StoreError, StoredEvent,
-    EVENT_GONE,
+    lease_job, settle_job, AttemptRecord, DeadLetter, DeliveryStep, InboxEvent, IngestBatch,
+    JobChange, JobRecord, Lane, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
 };
 
 /// Reads or writes of one phase in flight at once.
@@ -179,19 +178,7 @@ impl CqlStore {
             {
                 jobs.push((
                     a.first,
-                    JobRecord {
-                        id: job_id(event.id, *sub),
-                        lane: batch.lane,
-                        tenant: event.tenant.clone(),
-                        subscription: *sub,
-                        event_id: event.id,
-                        event_seq: a.seq,
-                        received_at_ms: event.received_at_ms,
-                        due_at_ms: event.received_at_ms,
-                        attempts: 0,
-                        starts: 0,
-                        last: None,
-                    },
+                    JobRecord::created(event, a.seq, *sub, batch.lane),
                     a.claimed_at.saturating_mul(1000),
                 ));
             }

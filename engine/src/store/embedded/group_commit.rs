@@ -21,7 +21,7 @@ use super::unavailable;
 use crate::store::codec::encode;
 use crate::store::timings::PhaseTimings;
 use crate::store::{
-    job_id, BatchOutcome, DeliveryStep, Fence, IngestBatch, JobRecord, StepOutcome, StoreError,
+    BatchOutcome, DeliveryStep, Fence, IngestBatch, JobRecord, StepOutcome, StoreError,
     StoredEventRef, UnitId,
 };
 
@@ -257,19 +257,8 @@ fn apply(
             .map_err(unavailable)?;
         // R-DI-1: the event's jobs land in the same transaction as the event.
         for sub in batch.matches.get(i).map_or(&[][..], |m| m.0.as_slice()) {
-            t.jobs.create(&JobRecord {
-                id: job_id(event.id, *sub),
-                lane: batch.lane,
-                tenant: event.tenant.clone(),
-                subscription: *sub,
-                event_id: event.id,
-                event_seq: seq,
-                received_at_ms: event.received_at_ms,
-                due_at_ms: event.received_at_ms,
-                attempts: 0,
-                starts: 0,
-                last: None,
-            })?;
+            t.jobs
+                .create(&JobRecord::created(event, seq, *sub, batch.lane))?;
         }
         outcome.stored.push((event.tenant.clone(), event.id, seq));
     }
