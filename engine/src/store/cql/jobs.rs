@@ -67,7 +67,8 @@ pub(super) fn id_of(key: &[u8]) -> Result<u128, StoreError> {
     Ok(u128::from_be_bytes(bytes))
 }
 
-fn lane_i32(lane: Lane) -> i32 {
+/// A lane as CQL stores it (`int`); lanes stay far below `i32::MAX`.
+pub(super) fn lane_i32(lane: Lane) -> i32 {
     i32::try_from(lane).unwrap_or(i32::MAX)
 }
 

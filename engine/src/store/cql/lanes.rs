@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use futures::TryStreamExt;
 use uuid::Uuid;
 
-use super::jobs::all;
+use super::jobs::{all, lane_i32};
 use super::lwt::lwt;
 use super::{unavailable, CqlStore};
 use crate::store::{Lane, StoreError};
@@ -70,10 +70,6 @@ impl Holds {
             };
         }
     }
-}
-
-fn lane_i32(lane: Lane) -> i32 {
-    i32::try_from(lane).unwrap_or(i32::MAX)
 }
 
 impl CqlStore {

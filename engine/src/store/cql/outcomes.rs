@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::jobs::{all, id_key, StoredJob};
+use super::jobs::{all, id_key, lane_i32, StoredJob};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::delivery::autodisable::Streak;
@@ -152,7 +152,7 @@ impl CqlStore {
     }
 
     async fn lane_stats(&self, key: &StatsKey) -> Result<LaneStats, StoreError> {
-        let lane = i32::try_from(key.2).unwrap_or(i32::MAX);
+        let lane = lane_i32(key.2);
         let row: Option<(Option<Vec<u8>>,)> = self
             .first_row(&self.jt.stats_lane, (&key.0, key.1, lane))
             .await?;
@@ -184,7 +184,7 @@ impl CqlStore {
         let now = now_ms();
         let due = self.stats_rows.due(now, all_rows);
         all(due.iter().map(|((tenant, sub, lane), row)| async move {
-            let lane = i32::try_from(*lane).unwrap_or(i32::MAX);
+            let lane = lane_i32(*lane);
             self.session
                 .execute_unpaged(&self.jt.stats_put, (tenant, *sub, lane, encode(row)))
                 .await

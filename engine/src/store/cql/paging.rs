@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use super::jobs::{all, id_of};
+use super::jobs::{all, id_of, lane_i32};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::{JobRecord, Lane, StoreError};
@@ -160,7 +160,7 @@ impl CqlStore {
             Some(f) if !full => (f.from_ms, f.after.clone()),
             _ => (i64::MIN, None),
         };
-        let lane_i = i32::try_from(*lane).unwrap_or(i32::MAX);
+        let lane_i = lane_i32(*lane);
         let read = match after {
             Some(_) => want + CURSOR_SLACK,
             None => want + SKIP_ROOM.min(skip.len()),
@@ -265,7 +265,7 @@ impl CqlStore {
         let Some(touched_us) = touched_us else {
             return Ok(());
         };
-        let lane_i = i32::try_from(lane).unwrap_or(i32::MAX);
+        let lane_i = lane_i32(lane);
         let any: Option<(i64,)> = self
             .first_row(&self.jt.due_any, (lane_i, tenant, sub))
             .await?;
