@@ -28,17 +28,69 @@ pub(crate) const ENV: &[(&str, &str)] = &[
 /// The settings of an engine delivering from `backend`: on CQL, in a keyspace of its own — each
 /// test's engine has its own control plane (subscriptions), and an engine pages every delivery
 /// lane of its keyspace, so engines of parallel tests must not share one.
-pub(crate) fn engine_env(backend: Backend, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = ENV
+pub(crate) fn engine_env(backend: Backend, extra: &[(&str, &str)]) -> EngineEnv {
+    let mut vars: Vec<(String, String)> = ENV
         .iter()
         .chain(extra)
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    if let Backend::Cql = backend {
-        let keyspace = format!("hub_dlv_{}", Uuid::now_v7().simple());
-        env.push(("STREAMING_HUB_CQL_KEYSPACE".into(), keyspace));
+    let keyspace = match backend {
+        Backend::Cql => {
+            let keyspace = format!("hub_dlv_{}", Uuid::now_v7().simple());
+            vars.push(("STREAMING_HUB_CQL_KEYSPACE".into(), keyspace.clone()));
+            Some(Keyspace(keyspace))
+        }
+        Backend::Embedded => None,
+    };
+    EngineEnv {
+        vars,
+        _keyspace: keyspace,
     }
-    env
+}
+
+/// An engine's settings, and on CQL its keyspace (dropped with these settings).
+pub(crate) struct EngineEnv {
+    pub vars: Vec<(String, String)>,
+    _keyspace: Option<Keyspace>,
+}
+
+/// A test engine's own CQL keyspace, dropped when the test is done with it: each holds a few
+/// dozen tables, and a CQL server's heap grows with its tables (a thousand tables of left-over
+/// test keyspaces ran a 1 GiB Cassandra out of memory). A failing test keeps its keyspace, named
+/// on stderr, for a look.
+pub(crate) struct Keyspace(String);
+
+impl Drop for Keyspace {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept the failed test's keyspace {}", self.0);
+            return;
+        }
+        // Drop runs inside the test's runtime: the statement gets a runtime of its own.
+        let name = self.0.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let session = scylla::client::session_builder::SessionBuilder::new()
+                    .known_node(CQL)
+                    .build()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                session
+                    .query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), ())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<(), String>(())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop keyspace {}: {e}", self.0);
+        }
+    }
 }
 
 /// Starts an engine with settings from `engine_env` (the same ones again after a crash).
@@ -47,9 +99,13 @@ pub(crate) fn start_engine(
     group: &str,
     port: u16,
     backend: Backend,
-    env: &[(String, String)],
+    env: &EngineEnv,
 ) -> Engine {
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let env: Vec<(&str, &str)> = env
+        .vars
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     Engine::start_with(dir, group, port, backend, &env)
 }
 
@@ -225,6 +281,7 @@ async fn r_di_5_produced_events_reach_a_verified_webhook_signed_cql() {
 async fn produced_events_reach_a_verified_webhook_signed(backend: Backend) {
     let _broker = exclusive_broker().await;
     let Setup {
+        env: _env, // first: dropped last, after the engine
         dir: _dir,
         receiver,
         engine,
@@ -306,6 +363,8 @@ pub(crate) struct Setup {
     pub engine: Engine,
     pub tenant: String,
     pub api: Tenant,
+    /// Last: its keyspace is dropped after the engine.
+    pub env: EngineEnv,
 }
 
 impl Setup {
@@ -332,6 +391,7 @@ impl Setup {
             engine,
             tenant,
             api,
+            env,
         }
     }
 }
@@ -351,6 +411,7 @@ async fn r_di_8_a_failing_destination_dead_letters_then_replays_cql() {
 
 async fn failing_destination_dead_letters_then_replays(backend: Backend) {
     let Setup {
+        env: _env, // first: dropped last, after the engine
         dir,
         receiver,
         engine,
@@ -467,6 +528,7 @@ async fn failing_destination_dead_letters_then_replays(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
     let Setup {
+        env: _env, // first: dropped last, after the engine
         dir: _dir,
         receiver,
         engine,
@@ -534,6 +596,7 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
 async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
     let _broker = exclusive_broker().await;
     let Setup {
+        env: _env, // first: dropped last, after the engine
         dir: _dir,
         receiver,
         engine,
@@ -647,6 +710,7 @@ async fn hub_event_on_kafka(id: &str) -> HashMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_10_a_long_broken_destination_is_auto_disabled_and_announced() {
     let Setup {
+        env: _env, // first: dropped last, after the engine
         dir: _dir,
         receiver,
         engine,

@@ -2,7 +2,7 @@
 //! Kafka's committed offsets.
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,13 @@ impl Backend {
 pub struct Engine {
     pub child: Child,
     pub http: String,
+    /// The engine's log (every engine started on one data directory appends to it).
+    log: std::path::PathBuf,
 }
+
+const ENGINE_LOG: &str = "engine.log";
+/// Lines of the engine's log a failed test shows.
+const LOG_TAIL: usize = 60;
 
 impl Engine {
     pub fn start(data_dir: &std::path::Path, group: &str, port: u16, backend: Backend) -> Engine {
@@ -89,7 +95,17 @@ impl Engine {
     ) -> Engine {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_streaming-hub"));
         backend.configure(&mut cmd);
-        cmd.env("STREAMING_HUB_LOG", "warn");
+        // The engine's log (warnings; `HUB_TEST_ENGINE_LOG` sets another filter) goes to a file
+        // in its data directory, shown when the test fails.
+        let filter = std::env::var("HUB_TEST_ENGINE_LOG").unwrap_or_else(|_| "warn".into());
+        cmd.env("STREAMING_HUB_LOG", filter);
+        let log = data_dir.join(ENGINE_LOG);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("engine log file");
+        cmd.stdout(file);
         cmd.envs(env.iter().copied());
         let child = cmd
             .env("STREAMING_HUB_DATA_DIR", data_dir)
@@ -100,12 +116,12 @@ impl Engine {
             .env("STREAMING_HUB_MAX_VALUE_BYTES", "65536")
             // The broker's minimum: a killed engine's partitions move on after 6 s, not 45.
             .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000")
-            .stdout(Stdio::null())
             .spawn()
             .expect("engine binary starts");
         Engine {
             child,
             http: format!("http://127.0.0.1:{port}"),
+            log,
         }
     }
 
@@ -164,6 +180,17 @@ impl Drop for Engine {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+            eprintln!(
+                "--- the engine's log ({} lines, last {}):\n{}",
+                lines.len(),
+                tail.len(),
+                tail.join("\n")
+            );
         }
     }
 }

@@ -45,10 +45,8 @@ use crate::store::{
 
 /// Reads or writes of one phase in flight at once.
 const CONCURRENCY: usize = 64;
-/// Job rows (one partition each) per unlogged batch at creation: fewer requests, same rows.
-const JOB_ROWS_PER_BATCH: usize = 32;
-/// Due rows per batch, sorted by queue (rows of one partition are applied as one mutation).
-const QUEUE_ROWS_PER_BATCH: usize = 128;
+/// Most rows of one partition per unlogged batch (a batch's rows are applied as one mutation).
+const ROWS_PER_BATCH: usize = 128;
 
 /// A replay rewrites an own claim's jobs only this long after the claim: long before the job
 /// tables forget their tombstones (`gc_grace_seconds`, one hour), so a rewrite never revives a
@@ -148,6 +146,13 @@ impl Known {
     }
 }
 
+/// The partition a statement writes: statements of one partition may share a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part<'a> {
+    Job(u128),
+    Queue(Lane, &'a str, Uuid),
+}
+
 /// What one delivery step writes, in the order that keeps every job findable.
 #[derive(Default)]
 struct Plan {
@@ -198,10 +203,10 @@ impl CqlStore {
             .map(|(job, ts)| {
                 let row: BoxedRow<'_> =
                     Box::new((id_key(job.record.id).to_vec(), encode(job), *ts));
-                (&self.jt.job_create, row)
+                (Part::Job(job.record.id), &self.jt.job_create, row)
             })
             .collect();
-        self.in_batches(job_rows, JOB_ROWS_PER_BATCH).await?;
+        self.in_batches(job_rows).await?;
         // Sorted by queue: rows of one partition in one batch are applied as one mutation.
         let mut by_queue: Vec<&(StoredJob, i64)> = stored.iter().collect();
         by_queue.sort_by(|(a, _), (b, _)| {
@@ -221,10 +226,11 @@ impl CqlStore {
                     *ts / 1000,
                     *ts,
                 ));
-                (&self.jt.due_create, row)
+                let part = Part::Queue(r.lane, r.tenant.as_str(), r.subscription);
+                (part, &self.jt.due_create, row)
             })
             .collect();
-        self.in_batches(due_rows, QUEUE_ROWS_PER_BATCH).await?;
+        self.in_batches(due_rows).await?;
         // A first creation is the stored truth (nothing else wrote these jobs yet); a replay's
         // may have lost to later writes.
         for ((first, _, _), (job, _)) in jobs.iter().zip(stored) {
@@ -335,25 +341,40 @@ impl CqlStore {
         Ok(())
     }
 
-    /// Runs statements as unlogged batches of at most `per_batch`, the batches concurrently.
+    /// Runs statements, the ones of one partition (consecutive, same [`Part`]) as unlogged
+    /// batches of at most `ROWS_PER_BATCH`; the rest alone; all concurrently. A batch never spans
+    /// partitions: that saves the client requests but makes the coordinator fan out, and the
+    /// server warns of every one (Cassandra past 10 partitions; the driver echoes each warning
+    /// into the log).
     async fn in_batches<'a>(
         &self,
-        statements: Vec<(&PreparedStatement, BoxedRow<'a>)>,
-        per_batch: usize,
+        statements: Vec<(Part<'a>, &PreparedStatement, BoxedRow<'a>)>,
     ) -> Result<(), StoreError> {
-        let mut batches = Vec::new();
-        let mut statements = statements.into_iter().peekable();
-        while statements.peek().is_some() {
+        let mut groups: Vec<(Part<'a>, Vec<(&PreparedStatement, BoxedRow<'a>)>)> = Vec::new();
+        for (part, stmt, row) in statements {
+            match groups.last_mut() {
+                Some((p, members)) if *p == part && members.len() < ROWS_PER_BATCH => {
+                    members.push((stmt, row));
+                }
+                _ => groups.push((part, vec![(stmt, row)])),
+            }
+        }
+        all(groups.into_iter().map(|(_, mut members)| async move {
+            if members.len() == 1 {
+                let (stmt, row) = members.pop().expect("one member");
+                self.session
+                    .execute_unpaged(stmt, row)
+                    .await
+                    .map_err(unavailable)?;
+                return Ok(());
+            }
             let mut b = Batch::new(BatchType::Unlogged);
             b.set_consistency(Consistency::LocalQuorum);
-            let mut values: Vec<BoxedRow<'a>> = Vec::with_capacity(per_batch);
-            for (stmt, row) in statements.by_ref().take(per_batch) {
+            let mut values: Vec<BoxedRow<'a>> = Vec::with_capacity(members.len());
+            for (stmt, row) in members {
                 b.append_statement(stmt.clone());
                 values.push(row);
             }
-            batches.push((b, values));
-        }
-        all(batches.into_iter().map(|(b, values)| async move {
             self.session.batch(&b, values).await.map_err(unavailable)?;
             Ok(())
         }))
@@ -366,7 +387,7 @@ impl CqlStore {
         &'a self,
         jobs: impl Iterator<Item = &'a StoredJob>,
         delete: bool,
-    ) -> Vec<(&'a PreparedStatement, BoxedRow<'a>)> {
+    ) -> Vec<(Part<'a>, &'a PreparedStatement, BoxedRow<'a>)> {
         let mut jobs: Vec<&StoredJob> = jobs.collect();
         jobs.sort_by(|a, b| {
             let (a, b) = (&a.record, &b.record);
@@ -383,12 +404,13 @@ impl CqlStore {
                     r.subscription,
                     j.row_due_ms,
                 );
+                let part = Part::Queue(r.lane, tenant, sub);
                 if delete {
                     let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key));
-                    (&self.jt.due_delete, row)
+                    (part, &self.jt.due_delete, row)
                 } else {
                     let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key, now));
-                    (&self.jt.due_put, row)
+                    (part, &self.jt.due_put, row)
                 }
             })
             .collect()
@@ -401,20 +423,20 @@ impl CqlStore {
     ) -> Result<(), StoreError> {
         let moved = |(b, a): &&(StoredJob, StoredJob)| b.row_due_ms != a.row_due_ms;
         let new_rows = self.due_rows(writes.iter().filter(moved).map(|(_, a)| a), false);
-        self.in_batches(new_rows, QUEUE_ROWS_PER_BATCH).await?;
+        self.in_batches(new_rows).await?;
         let job_rows = writes
             .iter()
             .map(|(_, a)| {
                 let row: BoxedRow<'_> = Box::new((id_key(a.record.id).to_vec(), encode(a)));
-                (&self.jt.job_put, row)
+                (Part::Job(a.record.id), &self.jt.job_put, row)
             })
             .collect();
-        self.in_batches(job_rows, JOB_ROWS_PER_BATCH).await?;
+        self.in_batches(job_rows).await?;
         for (_, a) in writes {
             self.known.put(a.clone());
         }
         let old_rows = self.due_rows(writes.iter().filter(moved).map(|(b, _)| b), true);
-        self.in_batches(old_rows, QUEUE_ROWS_PER_BATCH).await
+        self.in_batches(old_rows).await
     }
 
     /// Removes jobs: the job rows, then their due rows.
@@ -423,15 +445,14 @@ impl CqlStore {
             .iter()
             .map(|j| {
                 let row: BoxedRow<'_> = Box::new((id_key(j.record.id).to_vec(),));
-                (&self.jt.job_delete, row)
+                (Part::Job(j.record.id), &self.jt.job_delete, row)
             })
             .collect();
-        self.in_batches(job_rows, JOB_ROWS_PER_BATCH).await?;
+        self.in_batches(job_rows).await?;
         for j in removes {
             self.known.forget(j.record.id);
         }
-        self.in_batches(self.due_rows(removes.iter(), true), QUEUE_ROWS_PER_BATCH)
-            .await
+        self.in_batches(self.due_rows(removes.iter(), true)).await
     }
 
     /// The event a job delivers, if still stored (retention may have expired it).
