@@ -92,6 +92,7 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
         &api.store.write_timings(),
     ));
     out.push_str(&crate::telemetry::render_delivery(&api.delivery));
+    out.push_str(&crate::telemetry::render_store_failures());
     if let Ok(pending) = api.store.pending_jobs().await {
         out.push_str(&crate::telemetry::render_pending(pending));
     }

@@ -102,8 +102,85 @@ pub fn render_delivery(c: &crate::delivery::lane::DeliveryCounters) -> String {
     out
 }
 
+/// Store calls that failed and are retried, per stage (`ingest_batch`, `delivery_page`,
+/// `delivery_step`): nothing is lost while the store is away, but nothing moves either, and the
+/// log's warnings are not a number an alert can watch.
+pub const STORE_FAILURES: &str = "streaming_hub_store_failures_total";
+
+/// The stages a store failure is counted under.
+#[derive(Debug, Clone, Copy)]
+pub enum FailedStage {
+    IngestBatch,
+    DeliveryPage,
+    DeliveryStep,
+}
+
+impl FailedStage {
+    const ALL: [FailedStage; 3] = [Self::IngestBatch, Self::DeliveryPage, Self::DeliveryStep];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::IngestBatch => "ingest_batch",
+            Self::DeliveryPage => "delivery_page",
+            Self::DeliveryStep => "delivery_step",
+        }
+    }
+}
+
+/// Process-wide: every shard and lane counts into it, and there is one store per process.
+static STORE_FAILED: [std::sync::atomic::AtomicU64; 3] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 3];
+
+/// Counts one failed store call of `stage`.
+pub fn store_failed(stage: FailedStage) {
+    STORE_FAILED[stage as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn render_store_failures() -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP {STORE_FAILURES} Store calls that failed (and are retried) per stage."
+    );
+    let _ = writeln!(out, "# TYPE {STORE_FAILURES} counter");
+    for stage in FailedStage::ALL {
+        let n = STORE_FAILED[stage as usize].load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "{STORE_FAILURES}{{stage=\"{}\"}} {n}", stage.label());
+    }
+    out
+}
+
 pub fn render_pending(pending: u64) -> String {
     format!(
         "# HELP {DELIVERY_PENDING} Jobs waiting in the store.\n# TYPE {DELIVERY_PENDING} gauge\n{DELIVERY_PENDING} {pending}\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count_of(text: &str, stage: &str) -> u64 {
+        let prefix = format!("{STORE_FAILURES}{{stage=\"{stage}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|n| n.parse().ok())
+            .expect("the stage's line")
+    }
+
+    #[test]
+    fn store_failures_are_counted_per_stage() {
+        let before = render_store_failures();
+        store_failed(FailedStage::DeliveryStep);
+        store_failed(FailedStage::DeliveryStep);
+        let after = render_store_failures();
+        // Other tests of this process may count too: at least ours.
+        assert!(
+            count_of(&after, "delivery_step") >= count_of(&before, "delivery_step") + 2,
+            "{after}"
+        );
+        for stage in ["ingest_batch", "delivery_page"] {
+            count_of(&after, stage);
+        }
+    }
 }

@@ -32,6 +32,7 @@ use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
 };
+use crate::telemetry::{store_failed, FailedStage};
 
 /// How many rounds of work a lane leases ahead of its workers by default (see `choose`).
 pub const LEASE_AHEAD: u32 = 8;
@@ -174,7 +175,10 @@ impl DeliveryLane {
                     match self.fetch(&mut lane).await {
                         // A full page means more is due: ask again next round.
                         Ok(full) => fetch = full,
-                        Err(e) => tracing::warn!(error = %e, "paging due jobs failed"),
+                        Err(e) => {
+                            store_failed(FailedStage::DeliveryPage);
+                            tracing::warn!(error = %e, "paging due jobs failed");
+                        }
                     }
                 }
                 let start = if stopping {
@@ -217,6 +221,7 @@ impl DeliveryLane {
                         match self.end_step(&mut lane, s, written) {
                             Ok(()) => backoff = Duration::from_millis(50),
                             Err(e) => {
+                                store_failed(FailedStage::DeliveryStep);
                                 tracing::warn!(error = %e, "delivery step not durable; retrying");
                                 shard_sleep(backoff).await;
                                 backoff = (backoff * 2).min(Duration::from_secs(5));

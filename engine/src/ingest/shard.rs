@@ -135,6 +135,7 @@ impl ShardIngest {
                     return (unit, None);
                 }
                 Err(e) => {
+                    crate::telemetry::store_failed(crate::telemetry::FailedStage::IngestBatch);
                     tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "batch not durable; retrying");
                     shard_sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
