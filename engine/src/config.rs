@@ -96,6 +96,11 @@ pub struct HubConfig {
     /// How often each shard's lane looks for jobs coming due (retries). Env
     /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200.
     pub delivery_poll_ms: u64,
+    /// How long a stop (SIGTERM, SIGINT) waits for in-flight batches and attempts before the
+    /// process exits anyway, with status 1: a store that stopped answering must not keep it alive.
+    /// What was cut short is replayed on the next start, as after a crash. Env
+    /// `STREAMING_HUB_STOP_GRACE_MS`. Default 30000.
+    pub stop_grace_ms: u64,
 }
 
 impl Default for HubConfig {
@@ -125,6 +130,7 @@ impl Default for HubConfig {
             autodisable_min_spread_ms: crate::delivery::autodisable::MIN_SPREAD_MS,
             publish_hub_events: true,
             delivery_poll_ms: 200,
+            stop_grace_ms: 30_000,
         }
     }
 }
@@ -260,6 +266,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("DELIVERY_POLL_MS") {
             self.delivery_poll_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("STOP_GRACE_MS") {
+            self.stop_grace_ms = parse(&k, v)?;
         }
         Ok(())
     }

@@ -199,6 +199,16 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     tokio.block_on(stopped);
     tracing::info!("stopping: draining in-flight batches");
     stop.store(true, Ordering::Release);
+    let grace = std::time::Duration::from_millis(config.stop_grace_ms);
+    if !all_finished(&threads, grace) {
+        // Same as a crash for what was in flight: offsets not committed are replayed and leased
+        // jobs recovered on the next start; nothing is lost by leaving now.
+        tracing::error!(
+            grace_ms = config.stop_grace_ms,
+            "stop: in-flight work did not finish in time (is the store answering?); exiting anyway"
+        );
+        std::process::exit(1);
+    }
     for t in threads {
         if t.join().is_err() {
             tracing::error!("an engine thread panicked");
@@ -208,6 +218,20 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         tracing::error!(error = %e, "http server error");
     }
     Ok(())
+}
+
+/// Whether every thread finished within `grace` (polled: a join cannot time out).
+fn all_finished(threads: &[std::thread::JoinHandle<()>], grace: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if threads.iter().all(std::thread::JoinHandle::is_finished) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(50));
+    }
 }
 
 /// What the shards run: the ingest stage (when Kafka is configured) and the delivery lane.
@@ -357,5 +381,24 @@ fn stop_signal(tokio: &tokio::runtime::Runtime) -> impl std::future::Future<Outp
             return;
         }
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_waits_for_threads_only_as_long_as_its_grace() {
+        let quick = vec![std::thread::spawn(|| {})];
+        assert!(all_finished(&quick, std::time::Duration::from_secs(5)));
+
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let stuck = vec![std::thread::spawn(move || {
+            let _ = blocked.recv(); // as a batch retrying against a store that never answers
+        })];
+        assert!(!all_finished(&stuck, std::time::Duration::from_millis(200)));
+        let _ = release.send(());
+        assert!(all_finished(&stuck, std::time::Duration::from_secs(5)));
     }
 }
