@@ -152,6 +152,86 @@ async fn r_di_1_cql_replay_writes_the_jobs_a_crash_left_out_and_never_undoes_a_l
     );
 }
 
+/// R-DI-1: a crash after an event's job rows and before its due rows; the replay (a later
+/// `received_at_ms`, as a re-read Kafka record has) must leave each job findable. Before a
+/// replayed job took the stored event's time, its job row tied with the first at the claim's
+/// timestamp and the server kept either: a job whose first row won named a due row that was
+/// never written, and no page ever found it (likely the CI run where a kill -9 left thousands of
+/// deliveries undone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_cql_a_replay_after_a_crash_between_job_and_due_rows_keeps_every_job_due() {
+    require("cassandra", CQL);
+    let store = CqlStore::connect(settings()).await.expect("connect");
+    let ns = unique("cqlhalfjobs");
+    let lane = fresh_lanes();
+    let tenant = format!("{ns}-t");
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
+    let sub = uuid::Uuid::now_v7();
+    const EVENTS: usize = 16;
+    let events: Vec<_> = (0..EVENTS)
+        .map(|i| {
+            let mut ev = event(&tenant, "x.created");
+            ev.offset = i as i64;
+            // Low bits that the replays' later times wrap past (see `later`).
+            ev.received_at_ms = ev.received_at_ms / 64 * 64 + 60;
+            ev
+        })
+        .collect();
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    let batch = |events: Vec<hub_engine::store::InboxEvent>| {
+        Arc::new(IngestBatch {
+            matches: vec![Matches(vec![sub]); events.len()],
+            events,
+            lane,
+            next_offset: Some(EVENTS as i64),
+            ..Default::default()
+        })
+    };
+    // The crash: the events appended, their job rows written, their due rows not.
+    store.crash_after_job_rows();
+    let crashed = store.write_batch(&unit, fence, batch(events.clone())).await;
+    assert!(crashed.is_err(), "the crash point stopped the write");
+    assert!(due_of(&store, lane, events[0].received_at_ms + 3_600_000)
+        .await
+        .is_empty());
+    // Replayed a second or so later, each by a different amount: which of two job rows of equal
+    // timestamp the server keeps depends on their bytes (the greater wins; the time's low bits
+    // lead its varint), so with these times and delays most first rows win — the jobs that were
+    // lost before the fix.
+    let later: Vec<_> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let mut e = e.clone();
+            e.received_at_ms += 1_000 + 8 * i as i64;
+            e
+        })
+        .collect();
+    let replay = store
+        .write_batch(&unit, fence, batch(later))
+        .await
+        .expect("replay");
+    assert_eq!(
+        replay.duplicates.len(),
+        EVENTS,
+        "no second copy of any event"
+    );
+    let far = events[0].received_at_ms + 3_600_000;
+    let due: HashSet<uuid::Uuid> = due_of(&store, lane, far)
+        .await
+        .into_iter()
+        .map(|j| j.event_id)
+        .collect();
+    let want: HashSet<uuid::Uuid> = events.iter().map(|e| e.id).collect();
+    assert_eq!(due, want, "every job is due after the replay");
+    report(
+        "cassandra",
+        &format!(
+            "{CQL}: a replay after a crash between job and due rows left all {EVENTS} jobs due"
+        ),
+    );
+}
+
 /// R-DI-8 across engines: a lane is paged by one holder at a time; when the holder is gone (its
 /// hold lapses) the next one takes the lane and its leased jobs are due at once, counted as
 /// recoveries.

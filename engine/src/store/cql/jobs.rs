@@ -7,9 +7,10 @@
 //! - **create**: job row, then due row, then the queue's `touched` — after the event's append and
 //!   before the unit's offset moves (a committed offset implies its jobs exist). Creation rows
 //!   are written `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can
-//!   never undo a later lease, settlement or delete (a newer timestamp always wins). A replay's
-//!   event carries a later `received_at_ms`, so its creation may add a second due row: the job
-//!   row names one of them (`row_due_ms`), and paging deletes the other (see `paging.rs`).
+//!   never undo a later lease, settlement or delete (a newer timestamp always wins). A replayed
+//!   event's jobs take the stored copy's `received_at_ms`, so a replay writes byte for byte the
+//!   rows of the first attempt: rows of equal timestamp and different values would be settled by
+//!   the server keeping either, and a job row naming a due row the crash never wrote is never paged.
 //! - **lease**: the job row alone (one write): `starts + 1`, the lease's end, and who leased it.
 //!   The due row stays where it is; paging passes over a job leased by this process until the
 //!   lease ends. A lease taken by another process (a lane's earlier holder) counts for nothing:
@@ -171,6 +172,7 @@ impl CqlStore {
         appended: &[Appended],
     ) -> Result<(), StoreError> {
         let now = now_ms();
+        let first_received = self.first_received(batch, appended, now).await?;
         let mut jobs = Vec::new();
         for a in appended {
             if now - a.claimed_at > REWRITE_WINDOW_MS {
@@ -182,11 +184,12 @@ impl CqlStore {
                 .get(a.index)
                 .map_or(&[][..], |m| m.0.as_slice())
             {
-                jobs.push((
-                    a.first,
-                    JobRecord::created(event, a.seq, *sub, batch.lane),
-                    a.claimed_at.saturating_mul(1000),
-                ));
+                let mut job = JobRecord::created(event, a.seq, *sub, batch.lane);
+                if let Some(&at) = first_received.get(&a.index) {
+                    job.received_at_ms = at;
+                    job.due_at_ms = at;
+                }
+                jobs.push((a.first, job, a.claimed_at.saturating_mul(1000)));
             }
         }
         if jobs.is_empty() {
@@ -207,6 +210,8 @@ impl CqlStore {
             })
             .collect();
         self.in_batches(job_rows).await?;
+        #[cfg(feature = "conformance")]
+        self.crash_point()?;
         // Sorted by queue: rows of one partition in one batch are applied as one mutation.
         let mut by_queue: Vec<&(StoredJob, i64)> = stored.iter().collect();
         by_queue.sort_by(|(a, _), (b, _)| {
@@ -247,6 +252,43 @@ impl CqlStore {
             .map(|(tenant, sub)| self.touch_queue(batch.lane, tenant, sub)))
         .await?;
         self.count(batch.lane, jobs.len() as i64).await
+    }
+
+    /// For each replayed event with jobs (not appended by this write): when the stored copy was
+    /// received. Its jobs take that time, not the replay's later `received_at_ms`, so a replay
+    /// writes byte for byte the rows the first attempt wrote or began to: a job row differing in
+    /// its due time would tie with the first at the claim's write timestamp, the server would keep
+    /// either, and one naming a due row that the crash never wrote is a job no page finds.
+    async fn first_received(
+        &self,
+        batch: &IngestBatch,
+        appended: &[Appended],
+        now: i64,
+    ) -> Result<HashMap<usize, i64>, StoreError> {
+        let replayed = appended.iter().filter(|a| {
+            !a.first
+                && now - a.claimed_at <= REWRITE_WINDOW_MS
+                && batch.matches.get(a.index).is_some_and(|m| !m.0.is_empty())
+        });
+        let found = all(replayed.map(|a| async move {
+            let event = &batch.events[a.index];
+            let key = (
+                event.tenant.as_str(),
+                as_i64(self.bucket_of(a.seq))?,
+                as_i64(a.seq)?,
+            );
+            let row: Option<(Option<Uuid>, Option<Vec<u8>>)> =
+                self.first_row(&self.jt.log_event_at, key).await?;
+            let at = match row {
+                Some((Some(id), Some(blob))) if id == event.id => {
+                    Some(decode::<InboxEvent>(&blob)?.received_at_ms)
+                }
+                _ => None,
+            };
+            Ok::<_, StoreError>(at.map(|at| (a.index, at)))
+        }))
+        .await?;
+        Ok(found.into_iter().flatten().collect())
     }
 
     pub(super) async fn touch_queue(

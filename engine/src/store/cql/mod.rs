@@ -103,6 +103,10 @@ pub struct CqlStore {
     /// Last forensics key handed out (keeps this process's keys strictly increasing).
     last_qid: AtomicU64,
     timings: PhaseTimings,
+    /// Set by a crash test: the next job creation stops after its job rows, as a process killed
+    /// there would (`crash_after_job_rows`).
+    #[cfg(feature = "conformance")]
+    crash_after_job_rows: std::sync::atomic::AtomicBool,
 }
 
 /// The phases of `write_batch`, in order (indexes into `PhaseTimings`).
@@ -145,6 +149,28 @@ const SCHEMA: &str = concat!(
     include_str!("../../../../schema/cql/delivery.cql")
 );
 
+#[cfg(feature = "conformance")]
+impl CqlStore {
+    /// For crash tests: the next batch that creates jobs writes their job rows, then fails (its
+    /// due rows unwritten, its offset unmoved), as if the process died between the two.
+    pub fn crash_after_job_rows(&self) {
+        self.crash_after_job_rows
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn crash_point(&self) -> Result<(), StoreError> {
+        if self
+            .crash_after_job_rows
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Err(StoreError::Unavailable(
+                "crash point: stopped after the job rows".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl CqlStore {
     /// Connects, creates the keyspace and tables if missing, prepares every statement.
     pub async fn connect(settings: CqlSettings) -> Result<Self, StoreError> {
@@ -170,6 +196,8 @@ impl CqlStore {
             heads: Mutex::new(HashMap::new()),
             last_qid: AtomicU64::new(0),
             timings: PhaseTimings::new(PHASES),
+            #[cfg(feature = "conformance")]
+            crash_after_job_rows: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
