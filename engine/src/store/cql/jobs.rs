@@ -272,20 +272,8 @@ impl CqlStore {
         });
         let found = all(replayed.map(|a| async move {
             let event = &batch.events[a.index];
-            let key = (
-                event.tenant.as_str(),
-                as_i64(self.bucket_of(a.seq))?,
-                as_i64(a.seq)?,
-            );
-            let row: Option<(Option<Uuid>, Option<Vec<u8>>)> =
-                self.first_row(&self.jt.log_event_at, key).await?;
-            let at = match row {
-                Some((Some(id), Some(blob))) if id == event.id => {
-                    Some(decode::<InboxEvent>(&blob)?.received_at_ms)
-                }
-                _ => None,
-            };
-            Ok::<_, StoreError>(at.map(|at| (a.index, at)))
+            let stored = self.stored_event(&event.tenant, a.seq, event.id).await?;
+            Ok::<_, StoreError>(stored.map(|s| (a.index, s.event.received_at_ms)))
         }))
         .await?;
         Ok(found.into_iter().flatten().collect())
@@ -499,16 +487,23 @@ impl CqlStore {
 
     /// The event a job delivers, if still stored (retention may have expired it).
     async fn job_event(&self, job: &JobRecord) -> Result<Option<StoredEvent>, StoreError> {
-        let key = (
-            job.tenant.as_str(),
-            as_i64(self.bucket_of(job.event_seq))?,
-            as_i64(job.event_seq)?,
-        );
+        self.stored_event(&job.tenant, job.event_seq, job.event_id)
+            .await
+    }
+
+    /// The tenant's event at `seq`, if it is still stored and is event `id`.
+    async fn stored_event(
+        &self,
+        tenant: &str,
+        seq: u64,
+        id: Uuid,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        let key = (tenant, as_i64(self.bucket_of(seq))?, as_i64(seq)?);
         let row: Option<(Option<Uuid>, Option<Vec<u8>>)> =
             self.first_row(&self.jt.log_event_at, key).await?;
         match row {
-            Some((Some(id), Some(blob))) if id == job.event_id => Ok(Some(StoredEvent {
-                seq: job.event_seq,
+            Some((Some(found), Some(blob))) if found == id => Ok(Some(StoredEvent {
+                seq,
                 event: decode(&blob)?,
             })),
             _ => Ok(None),
