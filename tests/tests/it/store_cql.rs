@@ -59,12 +59,16 @@ fn fresh_lanes() -> Lane {
     1_000 + spread * 8
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_di_1_cql_store_passes_the_delivery_conformance_suite() {
+/// A store on the CQL server, a namespace and lanes no other test pages.
+async fn jobs_store(name: &str) -> (CqlStore, String, Lane) {
     require("cassandra", CQL);
     let store = CqlStore::connect(settings()).await.expect("connect");
-    let ns = unique("cqljobs");
-    let lanes = fresh_lanes();
+    (store, unique(name), fresh_lanes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_cql_store_passes_the_delivery_conformance_suite() {
+    let (store, ns, lanes) = jobs_store("cqljobs").await;
     hub_engine::store::conformance_jobs::run_all(Arc::new(store), &ns, lanes).await;
     report(
         "cassandra",
@@ -87,10 +91,7 @@ async fn due_of(store: &dyn Store, lane: Lane, now: i64) -> Vec<hub_engine::stor
 /// later replay of the same batch does not undo what delivery did to them since.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_1_cql_replay_writes_the_jobs_a_crash_left_out_and_never_undoes_a_lease() {
-    require("cassandra", CQL);
-    let store = CqlStore::connect(settings()).await.expect("connect");
-    let ns = unique("cqljobreplay");
-    let lane = fresh_lanes();
+    let (store, ns, lane) = jobs_store("cqljobreplay").await;
     let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
     let mut ev = event(&format!("{ns}-t"), "x.created");
     ev.offset = 7;
@@ -160,10 +161,7 @@ async fn r_di_1_cql_replay_writes_the_jobs_a_crash_left_out_and_never_undoes_a_l
 /// deliveries undone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_1_cql_a_replay_after_a_crash_between_job_and_due_rows_keeps_every_job_due() {
-    require("cassandra", CQL);
-    let store = CqlStore::connect(settings()).await.expect("connect");
-    let ns = unique("cqlhalfjobs");
-    let lane = fresh_lanes();
+    let (store, ns, lane) = jobs_store("cqlhalfjobs").await;
     let tenant = format!("{ns}-t");
     let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
     let sub = uuid::Uuid::now_v7();
