@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
+
+use crate::ingest::kafka::{no_topic_yet, HubConsumer};
 
 use super::kafka::{record_from, DLQ_TOPICS};
 use super::{bounded_headers, RecordIn};
@@ -41,7 +43,7 @@ pub fn observation(r: &RecordIn, now_ms: i64) -> DlqObservation {
 
 /// Polls `.dlq` topics until `stop`, recording observations before committing their offsets.
 pub fn run_dlq_consumer(
-    consumer: BaseConsumer,
+    consumer: HubConsumer,
     store: Arc<dyn Store>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
@@ -52,6 +54,7 @@ pub fn run_dlq_consumer(
     while !stop.load(Ordering::Acquire) {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => pending.push(observation(&record_from(&m), crate::clock::now_ms())),
+            Some(Err(e)) if no_topic_yet(&e) => tracing::debug!(error = %e, "no dlq topic yet"),
             Some(Err(e)) => tracing::warn!(error = %e, "dlq consumer error"),
             None => {}
         }

@@ -44,12 +44,38 @@ pub struct Commit {
     pub next_offset: i64,
 }
 
+/// The hub's consumers, with librdkafka's client errors logged by what they mean for the hub.
+pub type HubConsumer = BaseConsumer<HubContext>;
+
+/// Logs librdkafka's client errors. A pattern subscription that matches no topic yet (a new
+/// cluster, before any producer wrote) is reported by librdkafka as an error; for the hub it is
+/// the normal state of an empty cluster, so it is logged at info, not error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HubContext;
+
+impl rdkafka::client::ClientContext for HubContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if no_topic_yet(&error) {
+            tracing::info!(reason, "no topic matches the subscription yet");
+        } else {
+            tracing::error!(error = %error, reason, "kafka client error");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for HubContext {}
+
+/// A subscription's pattern matches no topic (yet): not a fault.
+pub fn no_topic_yet(error: &rdkafka::error::KafkaError) -> bool {
+    error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)
+}
+
 /// Builds a consumer with the hub's settings: manual commits, earliest reset, cooperative
 /// rebalancing so a new member does not stop every partition.
 pub fn consumer(
     settings: &KafkaSettings,
     group_suffix: &str,
-) -> rdkafka::error::KafkaResult<BaseConsumer> {
+) -> rdkafka::error::KafkaResult<HubConsumer> {
     ClientConfig::new()
         .set("bootstrap.servers", &settings.brokers)
         .set("group.id", format!("{}{group_suffix}", settings.group_id))
@@ -66,7 +92,7 @@ pub fn consumer(
             "session.timeout.ms",
             settings.session_timeout_ms.to_string(),
         )
-        .create()
+        .create_with_context(HubContext)
 }
 
 /// Copies a message out of librdkafka's buffers.
@@ -91,7 +117,7 @@ pub fn record_from<M: Message>(m: &M) -> RecordIn {
 /// The poll loop of the ingest consumer. Runs until `stop` is set, then commits what shards
 /// reported durable.
 pub fn run_ingest_consumer(
-    consumer: BaseConsumer,
+    consumer: HubConsumer,
     shards: Vec<async_channel::Sender<RecordIn>>,
     commits: mpsc::Receiver<Commit>,
     stop: Arc<AtomicBool>,
@@ -111,6 +137,7 @@ pub fn run_ingest_consumer(
         let timeout = if router.waiting.is_empty() { 100 } else { 5 };
         match consumer.poll(Duration::from_millis(timeout)) {
             Some(Ok(m)) => router.route(record_from(&m)),
+            Some(Err(e)) if no_topic_yet(&e) => tracing::debug!(error = %e, "no topic yet"),
             Some(Err(e)) => tracing::warn!(error = %e, "kafka consumer error"),
             None => {}
         }
@@ -139,7 +166,7 @@ const COMMIT_EVERY: Duration = Duration::from_millis(100);
 
 /// Positions shards reported durable, committed to Kafka in batches.
 struct Committer<'c> {
-    consumer: &'c BaseConsumer,
+    consumer: &'c HubConsumer,
     reports: mpsc::Receiver<Commit>,
     /// The highest reported next offset per partition, not yet committed.
     pending: HashMap<(String, i32), i64>,
@@ -147,7 +174,7 @@ struct Committer<'c> {
 }
 
 impl<'c> Committer<'c> {
-    fn new(consumer: &'c BaseConsumer, reports: mpsc::Receiver<Commit>) -> Self {
+    fn new(consumer: &'c HubConsumer, reports: mpsc::Receiver<Commit>) -> Self {
         Self {
             consumer,
             reports,
@@ -191,7 +218,7 @@ impl<'c> Committer<'c> {
 
 /// Hands records to their owning shard, pausing partitions whose shard is full.
 struct Router<'c> {
-    consumer: &'c BaseConsumer,
+    consumer: &'c HubConsumer,
     shards: Vec<async_channel::Sender<RecordIn>>,
     /// Records of partitions whose shard is full, in offset order, waiting for room.
     waiting: HashMap<(String, i32), Waiting>,
