@@ -98,7 +98,8 @@ pub struct HubConfig {
     pub delivery_poll_ms: u64,
     /// How long a stop (SIGTERM, SIGINT) waits for in-flight batches and attempts before the
     /// process exits anyway, with status 1: a store that stopped answering must not keep it alive.
-    /// What was cut short is replayed on the next start, as after a crash. Env
+    /// What was cut short is replayed on the next start, as after a crash. The Kafka consumer
+    /// waits three quarters of it for the shards, so its last offset commit fits inside. Env
     /// `STREAMING_HUB_STOP_GRACE_MS`. Default 30000.
     pub stop_grace_ms: u64,
 }

@@ -182,6 +182,9 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             group_id: config.kafka_group.clone(),
             metadata_refresh_ms: config.kafka_metadata_refresh_ms,
             session_timeout_ms: config.kafka_session_timeout_ms,
+            // Ends well inside the stop's grace: the last offset commit (of what did become
+            // durable) must still happen before the process gives up.
+            drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),
         };
         threads.extend(start_kafka(
             settings,
@@ -328,6 +331,7 @@ fn start_kafka(
     shards_done: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+    let drain = settings.drain;
     let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
     let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
     let consumer_thread = {
@@ -335,9 +339,14 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-kafka".into())
             .spawn(move || {
-                if let Err(e) =
-                    run_ingest_consumer(ingest_consumer, senders, commit_rx, stop, shards_done)
-                {
+                if let Err(e) = run_ingest_consumer(
+                    ingest_consumer,
+                    senders,
+                    commit_rx,
+                    stop,
+                    shards_done,
+                    drain,
+                ) {
                     tracing::error!(error = %e, "kafka ingest consumer failed");
                 }
             })?

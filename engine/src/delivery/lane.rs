@@ -450,18 +450,21 @@ impl DeliveryLane {
         }
         // A job asked for and neither started nor poisoned (the store no longer had it) must not
         // stay in flight: it would be skipped by every page and hold its destination's share.
-        let answered: std::collections::HashSet<u128> = outcome
-            .started
-            .iter()
-            .map(|s| s.job.id)
-            .chain(outcome.poisoned.iter().copied())
-            .collect();
-        for id in step.start.iter().filter(|id| !answered.contains(id)) {
-            tracing::warn!(
-                job = format!("{id:032x}"),
-                "a job leased in this step was not found in the store"
-            );
-            lane.release(*id);
+        // Every job is answered in the usual step: the set is built only when one is missing.
+        if outcome.started.len() + outcome.poisoned.len() < step.start.len() {
+            let answered: HashSet<u128> = outcome
+                .started
+                .iter()
+                .map(|s| s.job.id)
+                .chain(outcome.poisoned.iter().copied())
+                .collect();
+            for id in step.start.iter().filter(|id| !answered.contains(id)) {
+                tracing::warn!(
+                    job = format!("{id:032x}"),
+                    "a job leased in this step was not found in the store"
+                );
+                lane.release(*id);
+            }
         }
         lane.ready.extend(outcome.started);
         Ok(())

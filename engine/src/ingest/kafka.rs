@@ -34,6 +34,9 @@ pub struct KafkaSettings {
     /// How often librdkafka refreshes metadata, so new matching topics join the subscription.
     pub metadata_refresh_ms: u32,
     pub session_timeout_ms: u32,
+    /// How long a stop waits for the shards to make their queued records durable before the last
+    /// offset commit.
+    pub drain: Duration,
 }
 
 /// A durable position a shard reports back: everything before `next_offset` is stored.
@@ -114,14 +117,15 @@ pub fn record_from<M: Message>(m: &M) -> RecordIn {
     }
 }
 
-/// The poll loop of the ingest consumer. Runs until `stop` is set, then commits what shards
-/// reported durable.
+/// The poll loop of the ingest consumer. Runs until `stop` is set, then waits up to `drain` for
+/// the shards to finish their queued records and commits what they reported durable.
 pub fn run_ingest_consumer(
     consumer: HubConsumer,
     shards: Vec<async_channel::Sender<RecordIn>>,
     commits: mpsc::Receiver<Commit>,
     stop: Arc<AtomicBool>,
     shards_done: Arc<AtomicBool>,
+    drain: Duration,
 ) -> anyhow::Result<()> {
     consumer.subscribe(&[INGEST_TOPICS])?;
     let mut router = Router {
@@ -149,7 +153,7 @@ pub fn run_ingest_consumer(
     // Graceful stop: closing the shard channels lets each shard finish its queued records; their
     // positions are committed as they become durable, the last ones synchronously.
     drop(router);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + drain;
     while !shards_done.load(Ordering::Acquire) && Instant::now() < deadline {
         committer.commit(CommitMode::Async);
         std::thread::park_timeout(Duration::from_millis(50));
