@@ -141,8 +141,8 @@ impl ControlConfig {
         let control = Control {
             store,
             keyring: Arc::new(keyring),
-            webhooks: crate::webhook::WebhookClient::new(policy.clone())
-                .map_err(|e| anyhow::anyhow!("webhook client: {e}"))?,
+            sinks: crate::sink::Sinks::new(policy.clone())
+                .map_err(|e| anyhow::anyhow!("sink clients: {e}"))?,
             policy,
             resolver: Arc::new(SystemResolver {
                 timeout: Duration::from_millis(self.dns_timeout_ms),
@@ -186,4 +186,18 @@ fn local_secret(
         .with_context(|| format!("creating {}", path.display()))?;
     f.write_all(secret.as_bytes())?;
     Ok(secret)
+}
+
+/// The log filter of both binaries: `STREAMING_HUB_LOG` (default `info`), with lapin's own lines
+/// off unless the filter names lapin: its I/O loop logs every broken broker connection as an
+/// ERROR, while the RabbitMQ sink already classifies and counts each failed attempt.
+pub fn log_filter() -> tracing_subscriber::EnvFilter {
+    let wanted = std::env::var("STREAMING_HUB_LOG").unwrap_or_else(|_| "info".into());
+    let spec = if wanted.contains("lapin") {
+        wanted
+    } else {
+        format!("{wanted},lapin=off")
+    };
+    tracing_subscriber::EnvFilter::try_new(&spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"))
 }

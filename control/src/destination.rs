@@ -182,7 +182,8 @@ impl DestinationPolicy {
                 }))
     }
 
-    fn allows(&self, kind: SinkKind, host: &str, port: u16) -> bool {
+    /// Whether `host:port` is allow-listed for `kind` (webhooks: the host alone suffices).
+    pub fn allows(&self, kind: SinkKind, host: &str, port: u16) -> bool {
         let host = host.to_ascii_lowercase();
         match kind {
             SinkKind::Webhook => {
@@ -241,6 +242,9 @@ pub async fn check_endpoint(
             return Ok(());
         }
         _ => {}
+    }
+    if kind == SinkKind::Rabbitmq {
+        crate::sink::rabbitmq::endpoint::RabbitTarget::parse(endpoint).map_err(invalid_endpoint)?;
     }
     let url = url::Url::parse(endpoint).map_err(|_| invalid_endpoint("endpoint is not a URL"))?;
     if !url.username().is_empty() || url.password().is_some() {
@@ -462,7 +466,14 @@ mod tests {
             "invalid_endpoint"
         );
         assert_eq!(
-            code(check(SinkKind::Rabbitmq, "amqps://mq.example:5671/vh", public()).await),
+            code(
+                check(
+                    SinkKind::Rabbitmq,
+                    "amqps://mq.example:5671/vh?exchange=x",
+                    public()
+                )
+                .await
+            ),
             "ok"
         );
         assert_eq!(
@@ -497,7 +508,7 @@ mod tests {
             &policy,
             &lo,
             SinkKind::Rabbitmq,
-            Some("amqp://127.0.0.1:5672/")
+            Some("amqp://127.0.0.1:5672/?exchange=x")
         )
         .await
         .is_ok());
@@ -506,7 +517,7 @@ mod tests {
                 &policy,
                 &lo,
                 SinkKind::Rabbitmq,
-                Some("amqp://127.0.0.1:15672/")
+                Some("amqp://127.0.0.1:15672/?exchange=x")
             )
             .await
             .is_err(),

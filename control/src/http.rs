@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use serde::Deserialize;
 
@@ -39,6 +39,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .route("/v1/subscriptions/{id}/resume", post(resume))
         .route("/v1/subscriptions/{id}/ping", post(ping))
         .route("/v1/subscriptions/{id}/verify", post(verify))
+        .route("/v1/subscriptions/{id}/credential", put(credential))
         .route("/v1/catalog", get(catalog))
         .route(
             "/v1/openapi.json",
@@ -257,6 +258,23 @@ async fn verify(State(api): State<Api>, headers: HeaderMap, Path(id): Path<Strin
         control.probe(&who, &id, ProbeKind::Verify).await
     })
     .await
+}
+
+async fn credential(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let who = match principal(&api, &headers) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let body = match read_body(body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    send(api.control.put_credential(&who, &id, &body).await)
 }
 
 async fn resume(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {

@@ -32,6 +32,17 @@ impl std::fmt::Display for SinkKind {
     }
 }
 
+impl SinkKind {
+    /// A new subscription's state: pull has no destination to probe, so it is active at once
+    /// (R-CP-14); every push kind waits for a successful probe (R-CP-4).
+    pub fn state_at_creation(self) -> VerificationState {
+        match self {
+            SinkKind::Pull => VerificationState::Active,
+            _ => VerificationState::PendingVerification,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VerificationState {

@@ -1,10 +1,9 @@
-//! Ping and verify (R-CP-5, R-CP-8): a signed synthetic event sent through the real delivery path
-//! (the same `WebhookClient` the engine's workers use), a classified outcome, and what a success
+//! Ping and verify (R-CP-5, R-CP-8): a synthetic event sent through the real delivery path (the
+//! same `Sinks` the engine's workers use: signed for a webhook, published with the stored
+//! credential for a queue), a classified outcome, and what a success
 //! changes: a pending subscription becomes active; verify also re-enables one the hub stopped (in
 //! place: same id, same secret) and clears the auto-disable mark. Neither ever resumes a paused
 //! subscription, and a failed verify changes nothing.
-
-use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
@@ -12,11 +11,11 @@ use uuid::Uuid;
 
 use crate::auth::{Permission, Principal};
 use crate::error::ApiError;
-use crate::model::{SinkKind, Subscription, VerificationState, DEFAULT_TIMEOUT_MS};
-use crate::service::{binding, store_error, Control, Reply};
-use crate::signature::SigningKey;
+use crate::model::{SinkKind, Subscription, VerificationState};
+use crate::service::{store_error, Control, Reply};
+use crate::sink::outcome::Outcome;
+use crate::sink::{EventOut, Material};
 use crate::store::ControlStoreError;
-use crate::webhook::{Attempt, Keys, Outcome};
 
 /// The hub's own operational events (R-CP-5): CloudEvents with source `hub` for the
 /// subscription's tenant, through the same pipeline as producers' events, so a tenant subscribes
@@ -43,22 +42,17 @@ impl Control {
             Ok(s) => s,
             Err(e) => return e.into(),
         };
-        if sub.sink_kind != SinkKind::Webhook {
-            return ApiError::new(
-                422,
-                "probe_unsupported",
-                "only webhook subscriptions can be probed in this version",
-            )
-            .into();
+        if let Err(e) = probe_supported(sub.sink_kind) {
+            return e.into();
         }
-        let outcome = self.probe_webhook(&sub).await;
+        let outcome = self.probe_destination(&sub, None).await;
         let was_pending = sub.verification_state == VerificationState::PendingVerification;
         let recorded = match self.record_probe(sub, kind, &outcome).await {
             Ok(s) => s,
             Err(e) => return e.into(),
         };
         if was_pending && recorded.verification_state == VerificationState::Active {
-            self.verified(&recorded);
+            self.announce_verified(&recorded);
         }
         let mut body = json!({
             "outcome": if outcome.success { "success" } else { "failure" },
@@ -66,8 +60,8 @@ impl Control {
             "enabled": recorded.enabled,
             "paused": recorded.paused,
         });
-        if let Some(class) = &outcome.error_class {
-            body["error_class"] = class.clone().into();
+        if let Some(class) = outcome.error_class {
+            body["error_class"] = class.as_str().into();
         }
         if let Some(code) = outcome.status_code {
             body["status_code"] = code.into();
@@ -78,80 +72,71 @@ impl Control {
         Reply::json(200, &body)
     }
 
-    /// One signed synthetic delivery to the subscription's endpoint.
-    pub async fn probe_webhook(&self, sub: &Subscription) -> Outcome {
-        let failed = |class: &str, detail: &str| Outcome {
-            success: false,
-            error_class: Some(class.into()),
-            status_code: None,
-            detail: detail.into(),
-            duration_ms: 0,
-        };
-        let Some(sealed) = &sub.secret else {
-            return failed(
-                "secret_unavailable",
-                "the subscription has no signing secret",
-            );
-        };
-        let Ok(secret) = self.keyring.open(sealed, &binding(sub)) else {
-            return failed(
-                "secret_unavailable",
-                "the signing secret could not be opened",
-            );
-        };
-        let Ok(current) = SigningKey::from_secret(&secret.0) else {
-            return failed("secret_unavailable", "the signing secret is malformed");
-        };
+    /// One synthetic delivery to the subscription's destination through its sink: with
+    /// `material` when given (a credential being onboarded), else with the stored secret or
+    /// credential. A pull subscription has no destination: its probe succeeds.
+    pub async fn probe_destination(
+        &self,
+        sub: &Subscription,
+        material: Option<&Material>,
+    ) -> Outcome {
+        if sub.sink_kind == SinkKind::Pull {
+            return Outcome::delivered(None, std::time::Duration::ZERO);
+        }
         let now = (self.now_ms)();
         let event_id = Uuid::now_v7();
+        let time = crate::model::rfc3339(now);
         let body = json!({
             "specversion": "1.0",
             "id": event_id,
             "source": "hub",
             "type": "studio.lerian.hub.destination.ping",
-            "time": now,
+            "time": time,
             "data": {"subscription_id": sub.id, "probe": true},
         });
-        let attempt = Attempt {
-            endpoint: sub.endpoint.as_deref().unwrap_or_default(),
-            event_id,
-            event_key: "destination.ping",
+        let ev = EventOut {
+            id: event_id,
+            key: "destination.ping",
             source: "hub",
             tenant: &sub.tenant,
             schema_version: "1.0.0",
+            time: &time,
+            subject: None,
             content_type: Some("application/json"),
             body: Bytes::from(body.to_string()),
-            timeout: Duration::from_millis(u64::from(
-                sub.timeout_ms
-                    .filter(|t| *t > 0)
-                    .unwrap_or(DEFAULT_TIMEOUT_MS),
-            )),
-            unix_s: now / 1000,
         };
-        self.webhooks
-            .send(
-                &attempt,
-                &Keys {
-                    current,
-                    previous: None,
-                },
-            )
-            .await
+        match material {
+            Some(m) => self.sinks.send(sub, m, &ev, now).await,
+            None => self.sinks.deliver(&self.keyring, sub, &ev, now).await,
+        }
     }
 
     /// Writes what the probe changes (nothing for a failed verify) and returns the subscription
     /// as it now is.
     async fn record_probe(
         &self,
-        mut current: Subscription,
+        current: Subscription,
         kind: ProbeKind,
         outcome: &Outcome,
     ) -> Result<Subscription, ApiError> {
         if kind == ProbeKind::Verify && !outcome.success {
             return Ok(current);
         }
+        self.rewrite(current, |c| {
+            Ok(after_probe(c, kind, outcome, (self.now_ms)()))
+        })
+        .await
+    }
+
+    /// Writes `change(current)` in place of `current`; on a concurrent change, reads the
+    /// subscription again and applies `change` to that (at most five times, then 409).
+    pub(crate) async fn rewrite(
+        &self,
+        mut current: Subscription,
+        change: impl Fn(&Subscription) -> Result<Subscription, ApiError>,
+    ) -> Result<Subscription, ApiError> {
         for _ in 0..5 {
-            let next = after_probe(&current, kind, outcome, (self.now_ms)());
+            let next = change(&current)?;
             match self.store.replace(&next, current.revision).await {
                 Ok(()) => return Ok(next),
                 Err(ControlStoreError::Conflict) => {
@@ -169,6 +154,19 @@ impl Control {
             "subscription_changed",
             "the subscription kept changing; retry",
         ))
+    }
+}
+
+/// Which kinds the hub can probe (and so deliver to). SQS and EventBridge are refused at
+/// creation until their sinks exist; this answers for any stored before that.
+pub fn probe_supported(kind: SinkKind) -> Result<(), ApiError> {
+    match kind {
+        SinkKind::Webhook | SinkKind::Pull | SinkKind::Rabbitmq => Ok(()),
+        SinkKind::Sqs | SinkKind::Eventbridge => Err(ApiError::new(
+            422,
+            "sink_kind_unavailable",
+            format!("this hub cannot deliver to {kind} yet"),
+        )),
     }
 }
 
@@ -219,19 +217,19 @@ impl Control {
         if auto_probe_due(&current).is_none_or(|due| due > now_ms) {
             return false;
         }
-        let outcome = self.probe_webhook(&current).await;
+        let outcome = self.probe_destination(&current, None).await;
         let next = after_auto_probe(&current, &outcome, (self.now_ms)());
         // A concurrent change wins; the next round probes again if still due.
         if self.store.replace(&next, current.revision).await.is_ok()
             && next.verification_state == VerificationState::Active
         {
-            self.verified(&next);
+            self.announce_verified(&next);
         }
         true
     }
 
     /// `hub.destination.verified`, unless the subscription is paused (R-CP-5).
-    fn verified(&self, sub: &Subscription) {
+    pub(crate) fn announce_verified(&self, sub: &Subscription) {
         if let (Some(events), false) = (self.events.get(), sub.paused) {
             events.emit(
                 &sub.tenant,
@@ -260,7 +258,7 @@ pub fn after_probe(
         }
         .into(),
     );
-    next.marks.last_probe_error_class = outcome.error_class.clone();
+    next.marks.last_probe_error_class = outcome.class_name();
     if outcome.success {
         next.verification_state = VerificationState::Active;
         next.marks.next_verification_attempt_at_ms = None;
@@ -288,7 +286,7 @@ mod tests {
     fn outcome(success: bool) -> Outcome {
         Outcome {
             success,
-            error_class: (!success).then(|| "http_status".into()),
+            error_class: (!success).then_some(crate::sink::outcome::ErrorClass::HttpStatus),
             status_code: Some(if success { 200 } else { 500 }),
             detail: String::new(),
             duration_ms: 1,

@@ -43,7 +43,7 @@ impl Reply {
         }
     }
 
-    fn with_etag(mut self, sub: &Subscription) -> Self {
+    pub(crate) fn with_etag(mut self, sub: &Subscription) -> Self {
         self.headers.push(("etag".into(), sub.etag()));
         self
     }
@@ -123,7 +123,8 @@ pub struct Control {
     pub resolver: Arc<dyn Resolver>,
     pub catalog: Arc<Catalog>,
     /// The webhook client probes use; the engine's delivery workers use the same one.
-    pub webhooks: crate::webhook::WebhookClient,
+    /// Every push kind's client (probes use them as deliveries do).
+    pub sinks: crate::sink::Sinks,
     /// Where the hub's own operational events go (`hub.destination.verified`, …): set by the
     /// engine that runs this control plane in-process; unset, they are not emitted.
     pub events: std::sync::OnceLock<Arc<dyn crate::probe::HubEvents>>,
@@ -317,6 +318,10 @@ impl Control {
                 Ok(f) => f,
                 Err(e) => return Outcome::Refused(e),
             };
+            // No kind is accepted that the hub cannot deliver.
+            if let Err(e) = crate::probe::probe_supported(fields.sink_kind) {
+                return Outcome::Refused(e);
+            }
             if let Err(e) = check_endpoint(
                 &self.policy,
                 &*self.resolver,
@@ -352,7 +357,7 @@ impl Control {
                 retry_schedule: fields.retry_schedule,
                 enabled: true,
                 paused: false,
-                verification_state: VerificationState::PendingVerification,
+                verification_state: fields.sink_kind.state_at_creation(),
                 created_at_ms: now,
                 updated_at_ms: now,
                 last_success_at_ms: None,

@@ -49,31 +49,8 @@ pub struct Attempt<'a> {
     pub unix_s: i64,
 }
 
-/// How an attempt ended, classified for retries, health and probe answers.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Outcome {
-    pub success: bool,
-    /// `None` on success; else `timeout`, `connection_failed`, `connection_reset`, `tls_error`,
-    /// `http_status`, `redirect`, `destination_not_allowed`, `invalid_endpoint` or
-    /// `request_failed`.
-    pub error_class: Option<String>,
-    pub status_code: Option<u16>,
-    /// A short human description; never a secret, never more than a bounded response prefix.
-    pub detail: String,
-    pub duration_ms: u64,
-}
-
-impl Outcome {
-    fn failed(class: &str, status: Option<u16>, detail: impl Into<String>, took: Duration) -> Self {
-        Self {
-            success: false,
-            error_class: Some(class.to_owned()),
-            status_code: status,
-            detail: detail.into(),
-            duration_ms: took.as_millis() as u64,
-        }
-    }
-}
+use crate::sink::outcome::ErrorClass;
+pub use crate::sink::outcome::Outcome;
 
 /// The webhook client: one per process, cheap to clone, pooled per host.
 #[derive(Debug, Clone)]
@@ -136,14 +113,7 @@ impl WebhookClient {
         let started = Instant::now();
         let url = match reqwest::Url::parse(a.endpoint) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => u,
-            _ => {
-                return Outcome::failed(
-                    "invalid_endpoint",
-                    None,
-                    "not an http(s) URL",
-                    started.elapsed(),
-                )
-            }
+            _ => return Outcome::refused(ErrorClass::InvalidEndpoint, "not an http(s) URL"),
         };
         // An address literal never reaches the resolver: check it here (it cannot rebind).
         if let Some(ip) = literal_ip(&url) {
@@ -152,11 +122,9 @@ impl WebhookClient {
                 refused_because(ip),
                 self.policy.allows_host(SinkKind::Webhook, host),
             ) {
-                return Outcome::failed(
-                    "destination_not_allowed",
-                    None,
+                return Outcome::refused(
+                    ErrorClass::DestinationNotAllowed,
                     format!("the destination is a {why} address"),
-                    started.elapsed(),
                 );
             }
         }
@@ -189,20 +157,14 @@ impl WebhookClient {
         let prefix = read_capped(resp).await;
         let took = started.elapsed();
         match status.as_u16() {
-            200..=299 => Outcome {
-                success: true,
-                error_class: None,
-                status_code: Some(status.as_u16()),
-                detail: String::new(),
-                duration_ms: took.as_millis() as u64,
-            },
+            200..=299 => Outcome::delivered(Some(status.as_u16()), took),
             300..=399 => Outcome::failed(
-                "redirect",
+                ErrorClass::Redirect,
                 Some(status.as_u16()),
                 "redirects are not followed",
                 took,
             ),
-            code => Outcome::failed("http_status", Some(code), prefix, took),
+            code => Outcome::failed(ErrorClass::HttpStatus, Some(code), prefix, took),
         }
     }
 }
@@ -237,7 +199,7 @@ fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
     let mut reset = false;
     while let Some(s) = source {
         if s.downcast_ref::<NotAllowed>().is_some() {
-            return Outcome::failed("destination_not_allowed", None, s.to_string(), took);
+            return Outcome::failed(ErrorClass::DestinationNotAllowed, None, s.to_string(), took);
         }
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind::*;
@@ -251,15 +213,15 @@ fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
     }
     let text = format!("{e:#}");
     let class = if e.is_timeout() {
-        "timeout"
+        ErrorClass::Timeout
     } else if reset {
-        "connection_reset"
+        ErrorClass::ConnectionReset
     } else if text.contains("certificate") || text.contains("tls") || text.contains("TLS") {
-        "tls_error"
+        ErrorClass::TlsError
     } else if e.is_connect() {
-        "connection_failed"
+        ErrorClass::ConnectionFailed
     } else {
-        "request_failed"
+        ErrorClass::RequestFailed
     };
     Outcome::failed(class, None, short(&text), took)
 }

@@ -90,6 +90,9 @@ pub struct HubConfig {
     /// How far apart a streak's first and last failure must be (R-DI-10: 12 h). Env
     /// `STREAMING_HUB_AUTODISABLE_MIN_SPREAD_MS`; lowered only for drills and tests.
     pub autodisable_min_spread_ms: i64,
+    /// How long a destination's circuit breaker stays open before its half-open probe
+    /// (R-DI-9). Env `STREAMING_HUB_BREAKER_COOL_DOWN_MS`. Default 30 s.
+    pub breaker_cool_down_ms: i64,
     /// Whether the hub's own events (R-CP-5) are also published to `lerian.streaming.hub` when
     /// Kafka is configured. Env `STREAMING_HUB_PUBLISH_HUB_EVENTS`. Default true.
     pub publish_hub_events: bool,
@@ -129,6 +132,7 @@ impl Default for HubConfig {
             autodisable_enabled: true,
             autodisable_window_ms: crate::delivery::autodisable::DEFAULT_WINDOW_MS,
             autodisable_min_spread_ms: crate::delivery::autodisable::MIN_SPREAD_MS,
+            breaker_cool_down_ms: crate::delivery::breaker::BreakerConfig::default().cool_down_ms,
             publish_hub_events: true,
             delivery_poll_ms: 200,
             stop_grace_ms: 30_000,
@@ -261,6 +265,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("AUTODISABLE_MIN_SPREAD_MS") {
             self.autodisable_min_spread_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("BREAKER_COOL_DOWN_MS") {
+            self.breaker_cool_down_ms = parse(&k, v)?;
         }
         if let Some((k, v)) = env("PUBLISH_HUB_EVENTS") {
             self.publish_hub_events = parse(&k, v)?;

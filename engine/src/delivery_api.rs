@@ -1,5 +1,6 @@
 //! The parts of `/v1` that read or change delivery state the engine's store keeps: dead letters
-//! (R-DI-8: listed and replayed per subscription) and health (R-CP-12). Same token, same tenant
+//! (R-DI-8: listed and replayed per subscription), health (R-CP-12) and pull reads (R-CP-14,
+//! `pull_api`). Same token, same tenant
 //! isolation and same error bodies as the control plane's routes: a subscription of another
 //! tenant is a 404.
 
@@ -36,12 +37,16 @@ pub fn router(api: DeliveryApi) -> Router {
         .route("/v1/subscriptions/{id}/dead-letters", get(list_dead))
         .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
         .route("/v1/subscriptions/{id}/health", get(health))
+        .route(
+            "/v1/subscriptions/{id}/events",
+            get(crate::pull_api::events),
+        )
         .with_state(Arc::new(api))
 }
 
 impl DeliveryApi {
     /// The caller's subscription `id`, after the token and permission checks.
-    async fn subscription(
+    pub(crate) async fn subscription(
         &self,
         headers: &HeaderMap,
         id: &str,

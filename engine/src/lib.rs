@@ -4,7 +4,7 @@
 //! quarantine) → `store` (dedup, `seq`, inbox and the jobs of every match; one durable unit per
 //! partition batch) → offset commit → `delivery` (lanes per shard: tenant-fair scheduling, one
 //! attempt per lease, retries, dead letters). `runtime` holds the shard-per-core executors and the
-//! tokio bridge; `hub` wires the stages; `api` and `delivery_api` are the HTTP surface; `config`
+//! tokio bridge; `hub` wires the stages; `api`, `delivery_api` and `pull_api` are the HTTP surface; `config`
 //! and `telemetry` are what operators touch.
 //!
 //! Invariant (no loss): an offset is committed only after everything derived from its record is
@@ -17,6 +17,7 @@ pub mod delivery;
 pub mod delivery_api;
 pub mod hub;
 pub mod ingest;
+pub mod pull_api;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

@@ -50,10 +50,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         // Colours for a terminal only: a log file or collector gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STREAMING_HUB_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(hub_control::config::log_filter())
         .init();
     let cli = Cli::parse();
     let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;

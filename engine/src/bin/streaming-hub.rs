@@ -10,10 +10,7 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         // Colours for a terminal only: a log file or collector gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STREAMING_HUB_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(hub_control::config::log_filter())
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let file = match args.as_slice() {

@@ -3,7 +3,7 @@
 //! letter). Time and randomness come in as arguments.
 
 use hub_control::model::{Subscription, VerificationState};
-use hub_control::webhook::Outcome;
+use hub_control::sink::outcome::Outcome;
 use rand::Rng;
 
 use super::breaker::{Admit, Breaker};
@@ -74,7 +74,7 @@ pub fn after_attempt(
     let record = AttemptRecord {
         at_ms: started_ms,
         success: outcome.success,
-        error_class: outcome.error_class.clone(),
+        error_class: outcome.class_name(),
         status_code: outcome.status_code,
         detail: outcome.detail.clone(),
         duration_ms: outcome.duration_ms,
@@ -83,6 +83,13 @@ pub fn after_attempt(
         return Settled::Delivered(record);
     }
     let n = job.attempts + 1;
+    if let (true, Some(class)) = (outcome.is_permanent(), outcome.error_class) {
+        // No retry can mend it: dead-lettered at once, the class as the reason (R-DI-8).
+        return Settled::DeadLetter {
+            reason: format!("permanent failure ({class}) at attempt {n}"),
+            attempt: Some(record),
+        };
+    }
     match after_failure(curve, n, job.received_at_ms, started_ms, now_ms, rng) {
         AfterFailure::RetryAt(t) => Settled::RetryAt(t, record),
         AfterFailure::DeadLetter => Settled::DeadLetter {
@@ -125,7 +132,7 @@ mod tests {
     fn failed() -> Outcome {
         Outcome {
             success: false,
-            error_class: Some("http_status".into()),
+            error_class: Some(hub_control::sink::outcome::ErrorClass::HttpStatus),
             status_code: Some(500),
             detail: String::new(),
             duration_ms: 3,
@@ -202,5 +209,25 @@ mod tests {
             after_attempt(&job(3, 0), &curve, &ok, 0, 10, &mut rng),
             Settled::Delivered(_)
         ));
+    }
+
+    #[test]
+    fn r_di_8_a_permanent_failure_is_dead_lettered_at_once_with_its_class() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let curve = curve_of(&active());
+        let missing = Outcome::refused(
+            hub_control::sink::outcome::ErrorClass::DestinationMissing,
+            "no such queue",
+        );
+        match after_attempt(&job(0, 0), &curve, &missing, 0, 10, &mut rng) {
+            Settled::DeadLetter { reason, attempt } => {
+                assert!(reason.contains("destination_missing"), "{reason}");
+                assert_eq!(
+                    attempt.and_then(|a| a.error_class).as_deref(),
+                    Some("destination_missing")
+                );
+            }
+            other => panic!("expected a dead letter, got {other:?}"),
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! and new leases of a round in one store step.
 //!
 //! The lane runs on its shard; store steps and attempts run on the tokio side through the bridge
-//! (the webhook client is the control plane's, so probes take the same path). Decisions are the
+//! (the sinks are the control plane's, so probes take the same path). Decisions are the
 //! pure functions of `decide`, `fairness`, `retry`, `breaker` and `autodisable`.
 
 use std::collections::{HashMap, HashSet};
@@ -17,10 +17,9 @@ use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hub_control::model::Subscription;
 use hub_control::secrets::Keyring;
-use hub_control::service::binding;
 use hub_control::service::Control;
-use hub_control::signature::SigningKey;
-use hub_control::webhook::{Attempt, Keys, Outcome, WebhookClient};
+use hub_control::sink::outcome::{ErrorClass, Outcome};
+use hub_control::sink::{EventOut, Sinks};
 use rand::SeedableRng;
 
 use super::autodisable::{Policy, Streak};
@@ -95,7 +94,8 @@ pub struct DeliveryLane {
     pub store: Arc<dyn Store>,
     pub bridge: TokioBridge,
     pub subs: Arc<Subscriptions>,
-    pub client: WebhookClient,
+    /// Every push kind's client, shared with the control plane's probes.
+    pub sinks: Sinks,
     pub keyring: Arc<Keyring>,
     /// The control plane: its store (auto-disable writes there) and the hub's event emitter.
     pub control: Arc<Control>,
@@ -490,11 +490,11 @@ impl DeliveryLane {
             f.job = started.job;
             f.sub.clone()
         });
-        let (client, keyring) = (self.client.clone(), self.keyring.clone());
+        let (sinks, keyring) = (self.sinks.clone(), self.keyring.clone());
         let reply = sub.map(|sub| {
             self.bridge.call(async move {
                 let begun = crate::clock::now_ms();
-                let outcome = attempt_webhook(&client, &keyring, &sub, &started.event, begun).await;
+                let outcome = attempt(&sinks, &keyring, &sub, &started.event, begun).await;
                 (outcome, begun)
             })
         });
@@ -654,68 +654,28 @@ impl LaneState {
 }
 
 fn no_answer() -> Outcome {
-    Outcome {
-        success: false,
-        error_class: Some("request_failed".into()),
-        status_code: None,
-        detail: "the attempt did not report back".into(),
-        duration_ms: 0,
-    }
+    Outcome::refused(ErrorClass::RequestFailed, "the attempt did not report back")
 }
 
-/// One webhook attempt for a stored event: headers of R-DI-5, signatures of R-DI-12.
-pub async fn attempt_webhook(
-    client: &WebhookClient,
+/// One attempt for a stored event through the subscription's sink (R-DI-4).
+pub async fn attempt(
+    sinks: &Sinks,
     keyring: &Keyring,
     sub: &Subscription,
     event: &crate::store::StoredEvent,
     now_ms: i64,
 ) -> Outcome {
-    let keys = match signing_keys(keyring, sub) {
-        Ok(k) => k,
-        Err(why) => {
-            return Outcome {
-                success: false,
-                error_class: Some("secret_unavailable".into()),
-                status_code: None,
-                detail: why.into(),
-                duration_ms: 0,
-            }
-        }
-    };
     let ev = &event.event;
-    let attempt = Attempt {
-        endpoint: sub.endpoint.as_deref().unwrap_or_default(),
-        event_id: ev.id,
-        event_key: &ev.key,
+    let out = EventOut {
+        id: ev.id,
+        key: &ev.key,
         source: &ev.source,
         tenant: &ev.tenant,
         schema_version: &ev.schema_version,
+        time: &ev.time,
+        subject: ev.subject.as_deref(),
         content_type: ev.data_content_type.as_deref(),
         body: Bytes::copy_from_slice(&ev.payload),
-        timeout: Duration::from_millis(u64::from(
-            sub.timeout_ms
-                .filter(|t| *t > 0)
-                .unwrap_or(hub_control::model::DEFAULT_TIMEOUT_MS),
-        )),
-        unix_s: now_ms / 1000,
     };
-    client.send(&attempt, &keys).await
-}
-
-/// The subscription's signing key, decrypted in memory for this attempt only.
-pub fn signing_keys(keyring: &Keyring, sub: &Subscription) -> Result<Keys, &'static str> {
-    let sealed = sub
-        .secret
-        .as_ref()
-        .ok_or("the subscription has no signing secret")?;
-    let secret = keyring
-        .open(sealed, &binding(sub))
-        .map_err(|_| "the signing secret could not be opened")?;
-    let current =
-        SigningKey::from_secret(&secret.0).map_err(|_| "the signing secret is malformed")?;
-    Ok(Keys {
-        current,
-        previous: None,
-    })
+    sinks.deliver(keyring, sub, &out, now_ms).await
 }

@@ -42,6 +42,20 @@ impl Entry {
     }
 }
 
+/// Whether `sub` wants `ev` by its own rules alone (R-MA-1: key, origin, majors), whatever its
+/// state: what a pull read filters the tenant's log with.
+pub fn wants(sub: &Subscription, ev: &EventFacts<'_>) -> bool {
+    sub.tenant == ev.tenant
+        && (sub.event_types.is_empty() || sub.event_types.iter().any(|k| k == ev.key))
+        && sub.origin.as_deref().is_none_or(|o| o == ev.source)
+        && sub
+            .event_majors
+            .get(ev.key)
+            .copied()
+            .unwrap_or(sub.schema_major)
+            == ev.major
+}
+
 #[derive(Debug, Default)]
 struct TenantIndex {
     /// Subscriptions naming the key.
@@ -119,17 +133,10 @@ mod tests {
     fn naive(subs: &[Subscription], ev: &EventFacts<'_>) -> Vec<Uuid> {
         subs.iter()
             .filter(|s| {
-                s.tenant == ev.tenant
-                    && s.enabled
+                s.enabled
                     && !s.deleted
                     && s.verification_state == VerificationState::Active
-                    && s.origin.as_deref().is_none_or(|o| o == ev.source)
-                    && (s.event_types.is_empty() || s.event_types.iter().any(|k| k == ev.key))
-                    && s.event_majors
-                        .get(ev.key)
-                        .copied()
-                        .unwrap_or(s.schema_major)
-                        == ev.major
+                    && wants(s, ev)
             })
             .map(|s| s.id)
             .collect()

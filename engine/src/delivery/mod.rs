@@ -11,6 +11,8 @@
 //! - `breaker`: the circuit breaker per (tenant, destination) with its last-attempt exception
 //!   (R-DI-9).
 //! - `autodisable`: the failure streak and its two-gate verdict (R-DI-10).
+//! - `pull`: a pull subscription's page of the tenant log, from `after` or from its shared
+//!   read position (R-CP-14, R-DI-11).
 //! - `signature`: webhook signatures, ours and Standard Webhooks, dual during rotation (R-DI-12).
 
 pub mod autodisable;
@@ -21,6 +23,7 @@ pub mod follow;
 pub mod hub_events;
 pub mod lane;
 pub mod matching;
+pub mod pull;
 pub mod retry;
 pub mod start;
 pub use hub_control::signature;

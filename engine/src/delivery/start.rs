@@ -55,6 +55,10 @@ impl Delivery {
             workers: config.delivery_workers.max(1),
             recovery_limit: config.recovery_limit.max(1),
             poll: Duration::from_millis(config.delivery_poll_ms.max(10)),
+            breaker: super::breaker::BreakerConfig {
+                cool_down_ms: config.breaker_cool_down_ms.max(1),
+                ..Default::default()
+            },
             autodisable: Policy {
                 enabled: config.autodisable_enabled,
                 window_ms: config.autodisable_window_ms,
@@ -123,7 +127,7 @@ impl Delivery {
                         store: store.clone(),
                         bridge: bridge.clone(),
                         subs: routing.subs.clone(),
-                        client: self.control.webhooks.clone(),
+                        sinks: self.control.sinks.clone(),
                         keyring: self.control.keyring.clone(),
                         control: self.control.clone(),
                         counters: self.counters.clone(),

@@ -18,6 +18,7 @@ pub async fn run_all(store: Arc<dyn Store>, ns: &str) {
     seq_has_no_gap_under_concurrent_writers(store.clone(), ns).await;
     quarantine_is_listed_with_filters_and_pages(&*store, ns).await;
     dlq_is_idempotent_and_filtered(&*store, ns).await;
+    pull_positions_move_only_from_the_position_read(store.clone(), ns).await;
 }
 
 /// A minimal inbox event for `tenant`.
@@ -403,4 +404,55 @@ pub async fn dlq_is_idempotent_and_filtered(store: &dyn Store, ns: &str) {
             .len(),
         2
     );
+}
+
+/// R-CP-14: a pull position starts at 0, moves only from the value read (compare and set), is
+/// kept per (tenant, subscription), and concurrent movers from one value: exactly one wins.
+pub async fn pull_positions_move_only_from_the_position_read(store: Arc<dyn Store>, ns: &str) {
+    let tenant = format!("{ns}-pull");
+    let sub = Uuid::now_v7();
+    let other = Uuid::now_v7();
+    assert_eq!(store.pull_position(&tenant, sub).await.expect("read"), 0);
+    assert!(store
+        .advance_pull_position(&tenant, sub, 0, 5)
+        .await
+        .expect("first move"));
+    assert!(
+        !store
+            .advance_pull_position(&tenant, sub, 0, 9)
+            .await
+            .expect("stale move"),
+        "a move from a stale position is refused"
+    );
+    assert_eq!(store.pull_position(&tenant, sub).await.expect("read"), 5);
+    assert_eq!(
+        store.pull_position(&tenant, other).await.expect("read"),
+        0,
+        "positions are per subscription"
+    );
+    assert_eq!(
+        store
+            .pull_position(&format!("{ns}-pull-2"), sub)
+            .await
+            .expect("read"),
+        0,
+        "and per tenant"
+    );
+    let racers = (0..4u64).map(|i| {
+        let store = store.clone();
+        let tenant = tenant.clone();
+        async move { store.advance_pull_position(&tenant, sub, 5, 10 + i).await }
+    });
+    let won: Vec<bool> = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .map(|r| r.expect("move"))
+        .collect();
+    assert_eq!(
+        won.iter().filter(|w| **w).count(),
+        1,
+        "one mover wins: {won:?}"
+    );
+    let now = store.pull_position(&tenant, sub).await.expect("read");
+    assert!((10..14).contains(&now));
 }

@@ -74,6 +74,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError>;
 
+    /// A pull subscription's durable read position: the last `seq` handed to a reader that read
+    /// without `after` (0 before the first read).
+    async fn pull_position(&self, tenant: &str, subscription: Uuid) -> Result<u64, StoreError>;
+
+    /// Moves a pull subscription's read position from `from` to `to`, only if it is still
+    /// `from` (compare and set): `false` when another reader moved it first, and then nothing
+    /// changed. Readers sharing a subscription thus get disjoint pages (R-CP-14).
+    async fn advance_pull_position(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        from: u64,
+        to: u64,
+    ) -> Result<bool, StoreError>;
+
     /// Quarantine records, oldest first, starting at `cursor`.
     async fn list_quarantine(
         &self,

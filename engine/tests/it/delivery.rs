@@ -129,6 +129,7 @@ impl Tenant {
         let url = format!("{}{path}", self.http);
         let mut req = match method {
             "GET" => self.client.get(url),
+            "PUT" => self.client.put(url),
             _ => self.client.post(url),
         }
         .bearer_auth(&self.token);

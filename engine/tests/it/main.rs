@@ -5,5 +5,7 @@ mod catalog;
 mod delivery;
 mod delivery_load;
 mod ingest_kafka;
+mod pull;
+mod rabbitmq;
 mod receiver;
 mod support;

@@ -28,6 +28,7 @@ mod log;
 mod lwt;
 mod outcomes;
 mod paging;
+mod pull;
 mod statements;
 
 use std::collections::HashMap;
@@ -37,6 +38,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use scylla::client::session::Session;
+use uuid::Uuid;
 
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
@@ -89,6 +91,7 @@ pub struct CqlStore {
     session: Session,
     st: Statements,
     jt: JobStatements,
+    pt: pull::PullStatements,
     settings: CqlSettings,
     /// The delivery lanes this process holds.
     holds: lanes::Holds,
@@ -184,10 +187,12 @@ impl CqlStore {
         .map_err(StoreError::Unavailable)?;
         let st = Statements::prepare_all(&session).await?;
         let jt = JobStatements::prepare_all(&session).await?;
+        let pt = pull::PullStatements::prepare_all(&session).await?;
         Ok(Self {
             session,
             st,
             jt,
+            pt,
             settings,
             holds: lanes::Holds::new(),
             known: jobs::Known::default(),
@@ -412,6 +417,21 @@ impl Store for CqlStore {
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         self.read_log(tenant, after, limit).await
+    }
+
+    async fn pull_position(&self, tenant: &str, subscription: Uuid) -> Result<u64, StoreError> {
+        self.read_pull_position(tenant, subscription).await
+    }
+
+    async fn advance_pull_position(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        from: u64,
+        to: u64,
+    ) -> Result<bool, StoreError> {
+        self.move_pull_position(tenant, subscription, from, to)
+            .await
     }
 
     async fn list_quarantine(

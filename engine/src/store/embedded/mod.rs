@@ -240,6 +240,48 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn pull_position(&self, tenant: &str, subscription: Uuid) -> Result<u64, StoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(PULL_POSITIONS).map_err(unavailable)?;
+            let row = table
+                .get((tenant.as_str(), subscription.as_u128()))
+                .map_err(unavailable)?;
+            Ok(row.map_or(0, |g| g.value()))
+        })
+        .await
+    }
+
+    async fn advance_pull_position(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        from: u64,
+        to: u64,
+    ) -> Result<bool, StoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| {
+            // One writer at a time: the read and the write below are one compare and set.
+            let txn = db.begin_write().map_err(unavailable)?;
+            let moved = {
+                let mut table = txn.open_table(PULL_POSITIONS).map_err(unavailable)?;
+                let key = (tenant.as_str(), subscription.as_u128());
+                let now = table
+                    .get(key)
+                    .map_err(unavailable)?
+                    .map_or(0, |g| g.value());
+                if now == from {
+                    table.insert(key, to).map_err(unavailable)?;
+                }
+                now == from
+            };
+            txn.commit().map_err(unavailable)?;
+            Ok(moved)
+        })
+        .await
+    }
+
     async fn list_quarantine(
         &self,
         filter: &ForensicsFilter,

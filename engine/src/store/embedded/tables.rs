@@ -40,6 +40,10 @@ pub const DEAD: TableDefinition<(&str, u128, u128), &[u8]> = TableDefinition::ne
 /// `(tenant, subscription)` → encoded `DeliveryStats`.
 pub const STATS: TableDefinition<(&str, u128), &[u8]> = TableDefinition::new("delivery_stats");
 
+/// `(tenant, subscription)` → the pull read position (R-CP-14).
+pub const PULL_POSITIONS: TableDefinition<(&str, u128), u64> =
+    TableDefinition::new("pull_positions");
+
 pub const QUARANTINE_NEXT: &str = "quarantine_next";
 pub const DLQ_NEXT: &str = "dlq_next";
 
@@ -60,5 +64,6 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<(), redb::TableError> {
     txn.open_table(LEASED)?;
     txn.open_table(DEAD)?;
     txn.open_table(STATS)?;
+    txn.open_table(PULL_POSITIONS)?;
     Ok(())
 }

@@ -1,0 +1,96 @@
+//! Queue onboarding (R-CP-6): `PUT /v1/subscriptions/:id/credential` takes a write-only
+//! credential, probes the destination with it at once (connect, authenticate, and a synthetic
+//! publish: the destination exists and the permissions suffice), and only when the probe
+//! succeeds seals it into the subscription and activates it. A failed probe stores nothing and
+//! answers 422 `destination_probe_failed` with its `error_class`. Like a ping, it never
+//! re-enables a subscription the hub stopped, and never resumes a paused one.
+
+use serde_json::json;
+
+use crate::auth::{Permission, Principal};
+use crate::error::ApiError;
+use crate::model::{parse_object, Subscription, VerificationState};
+use crate::probe::{after_probe, probe_supported, ProbeKind};
+use crate::service::{binding, Control, Reply};
+use crate::sink::credential::Credential;
+use crate::sink::outcome::Outcome;
+use crate::sink::Material;
+
+impl Control {
+    /// `PUT /v1/subscriptions/:id/credential`.
+    pub async fn put_credential(&self, who: &Principal, id: &str, body: &[u8]) -> Reply {
+        if let Err(e) = who.require(Permission::Post) {
+            return e.into();
+        }
+        let sub = match self.live(who, id).await {
+            Ok(s) => s,
+            Err(e) => return e.into(),
+        };
+        let credential = match parse_object(body).and_then(|b| Credential::parse(sub.sink_kind, &b))
+        {
+            Ok(c) => c,
+            Err(e) => return e.into(),
+        };
+        if let Err(e) = probe_supported(sub.sink_kind) {
+            return e.into();
+        }
+        let material = Material::Credential(credential);
+        let outcome = self.probe_destination(&sub, Some(&material)).await;
+        if !outcome.success {
+            return probe_failed(&outcome).into();
+        }
+        let Material::Credential(credential) = material else {
+            return ApiError::internal("credential lost").into();
+        };
+        let was_pending = sub.verification_state == VerificationState::PendingVerification;
+        match self.store_credential(sub, &credential, &outcome).await {
+            Ok(stored) => {
+                if was_pending && stored.verification_state == VerificationState::Active {
+                    self.announce_verified(&stored);
+                }
+                Reply::json(200, &stored.view()).with_etag(&stored)
+            }
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Seals the credential into the subscription with what the successful probe changes.
+    async fn store_credential(
+        &self,
+        current: Subscription,
+        credential: &Credential,
+        outcome: &Outcome,
+    ) -> Result<Subscription, ApiError> {
+        self.rewrite(current, |c| {
+            let mut next = after_probe(c, ProbeKind::Ping, outcome, (self.now_ms)());
+            next.secret = Some(
+                self.keyring
+                    .seal(&credential.to_bytes(), &binding(&next))
+                    .map_err(|e| ApiError::internal(e.to_string()))?,
+            );
+            Ok(next)
+        })
+        .await
+    }
+}
+
+/// 422 `destination_probe_failed` with the probe's classification (R-CP-6, R-CP-10).
+pub fn probe_failed(outcome: &Outcome) -> ApiError {
+    let mut e = ApiError::new(
+        422,
+        "destination_probe_failed",
+        "the destination did not accept the probe; nothing was stored",
+    );
+    let mut extra = json!({});
+    if let Some(class) = outcome.error_class {
+        extra["error_class"] = class.as_str().into();
+    }
+    if let Some(code) = outcome.status_code {
+        extra["status_code"] = code.into();
+    }
+    if !outcome.detail.is_empty() {
+        extra["detail"] = outcome.detail.clone().into();
+    }
+    e.extra = Some(extra);
+    e
+}

@@ -1,0 +1,171 @@
+//! Sinks: how an event leaves the hub. One shape for every kind, shared by the engine's
+//! delivery workers and the control plane's probes (ping, verify, credential), so a probe goes
+//! through the very code a delivery uses (R-CP-5):
+//!
+//! - `outcome`: how an attempt ended — success, or a classified [`ErrorClass`] that is
+//!   retryable or permanent;
+//! - `credential`: queue credentials, write-only, sealed like signing secrets;
+//! - a folder (or file) per kind with the same parts: endpoint parsing, the message or request
+//!   of one event, the client, and the classification of its failures — `rabbitmq/`; the webhook
+//!   lives in `crate::webhook` and `crate::signature`;
+//! - [`Sinks`] (this file): opens the subscription's sealed secret or credential in memory for
+//!   one attempt (R-DI-4) and hands the event to its kind's client.
+//!
+//! `pull` has no client: a pull subscription takes no jobs and is read by `seq`.
+
+pub mod credential;
+pub mod outcome;
+pub mod rabbitmq;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use self::credential::Credential;
+use self::outcome::{ErrorClass, Outcome};
+use crate::destination::DestinationPolicy;
+use crate::model::{SinkKind, Subscription, DEFAULT_TIMEOUT_MS};
+use crate::secrets::Keyring;
+use crate::service::binding;
+use crate::signature::SigningKey;
+use crate::webhook::{Attempt, Keys, WebhookClient};
+
+/// What every sink sends of one event.
+#[derive(Debug, Clone)]
+pub struct EventOut<'a> {
+    /// `ce-id`: stable across attempts.
+    pub id: Uuid,
+    /// `<resource>.<event>`, without the producer (R-SK-1).
+    pub key: &'a str,
+    /// The producer (`ce-source`).
+    pub source: &'a str,
+    pub tenant: &'a str,
+    pub schema_version: &'a str,
+    /// `ce-time`.
+    pub time: &'a str,
+    pub subject: Option<&'a str>,
+    /// `ce-datacontenttype`; `application/json` when absent.
+    pub content_type: Option<&'a str>,
+    pub body: Bytes,
+}
+
+impl EventOut<'_> {
+    pub fn content_type(&self) -> &str {
+        self.content_type.unwrap_or("application/json")
+    }
+}
+
+/// The secret material of one attempt, opened in memory only.
+#[derive(Debug)]
+pub enum Material {
+    /// A webhook's signing keys (boxed: an HMAC key is large beside a credential).
+    Signing(Box<Keys>),
+    /// A queue kind's credential.
+    Credential(Credential),
+}
+
+/// The clients of every push kind; one per process, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Sinks {
+    pub webhook: WebhookClient,
+    pub rabbitmq: rabbitmq::RabbitSink,
+}
+
+impl Sinks {
+    pub fn new(policy: Arc<DestinationPolicy>) -> Result<Self, String> {
+        Ok(Self {
+            webhook: WebhookClient::new(policy.clone())?,
+            rabbitmq: rabbitmq::RabbitSink::new(policy),
+        })
+    }
+
+    /// Makes exactly one attempt (R-DI-4) to deliver `ev` to `sub`, opening its secret or
+    /// credential for this attempt only.
+    pub async fn deliver(
+        &self,
+        keyring: &Keyring,
+        sub: &Subscription,
+        ev: &EventOut<'_>,
+        now_ms: i64,
+    ) -> Outcome {
+        match open(keyring, sub) {
+            Ok(material) => self.send(sub, &material, ev, now_ms).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// One attempt with the given material (a credential being onboarded is probed before it
+    /// is sealed).
+    pub async fn send(
+        &self,
+        sub: &Subscription,
+        material: &Material,
+        ev: &EventOut<'_>,
+        now_ms: i64,
+    ) -> Outcome {
+        let endpoint = sub.endpoint.as_deref().unwrap_or_default();
+        match (sub.sink_kind, material) {
+            (SinkKind::Webhook, Material::Signing(keys)) => {
+                let attempt = Attempt {
+                    endpoint,
+                    event_id: ev.id,
+                    event_key: ev.key,
+                    source: ev.source,
+                    tenant: ev.tenant,
+                    schema_version: ev.schema_version,
+                    content_type: ev.content_type,
+                    body: ev.body.clone(),
+                    timeout: webhook_timeout(sub),
+                    unix_s: now_ms / 1000,
+                };
+                self.webhook.send(&attempt, keys).await
+            }
+            (
+                SinkKind::Rabbitmq,
+                Material::Credential(Credential::Rabbitmq { username, password }),
+            ) => self.rabbitmq.send(endpoint, username, password, ev).await,
+            (kind, _) => Outcome::refused(
+                ErrorClass::SecretUnavailable,
+                format!("no usable secret or credential for a {kind} subscription"),
+            ),
+        }
+    }
+}
+
+fn webhook_timeout(sub: &Subscription) -> Duration {
+    Duration::from_millis(u64::from(
+        sub.timeout_ms
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_TIMEOUT_MS),
+    ))
+}
+
+/// Opens the subscription's sealed secret: signing keys for a webhook, the credential for a
+/// queue kind.
+pub fn open(keyring: &Keyring, sub: &Subscription) -> Result<Material, Outcome> {
+    let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
+    let sealed = sub.secret.as_ref().ok_or_else(|| {
+        unavailable(match sub.sink_kind {
+            SinkKind::Webhook => "the subscription has no signing secret",
+            _ => "the subscription has no credential yet (PUT …/credential)",
+        })
+    })?;
+    let secret = keyring
+        .open(sealed, &binding(sub))
+        .map_err(|_| unavailable("the secret could not be opened"))?;
+    match sub.sink_kind {
+        SinkKind::Webhook => {
+            let current = SigningKey::from_secret(&secret.0)
+                .map_err(|_| unavailable("the signing secret is malformed"))?;
+            Ok(Material::Signing(Box::new(Keys {
+                current,
+                previous: None,
+            })))
+        }
+        _ => Credential::from_bytes(secret.0.as_bytes())
+            .map(Material::Credential)
+            .ok_or_else(|| unavailable("the credential is malformed")),
+    }
+}

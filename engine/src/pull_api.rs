@@ -1,0 +1,219 @@
+//! `GET /v1/subscriptions/:id/events?after=<seq>&limit=<n>` (R-CP-14): a pull subscription's
+//! page of its tenant's matching events, `{"items": [...], "next_after": <seq>}`. Same token,
+//! tenant isolation and error bodies as the other `/v1` routes (another tenant's id is a 404).
+//! A read that succeeds marks the subscription's `last_success_at` (at most once a minute: each
+//! mark is a control-store write that every engine's index follows).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use hub_control::auth::Permission;
+use hub_control::error::ApiError;
+use hub_control::model::{SinkKind, Subscription};
+
+use crate::delivery::pull::{read_page, PullPage};
+use crate::delivery_api::DeliveryApi;
+use crate::store::StoredEvent;
+
+/// Page size when `limit` is absent, and the most a page holds.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1_000;
+/// `last_success_at` is rewritten when older than this.
+const MARK_EVERY_MS: i64 = 60_000;
+
+/// The handler.
+pub async fn events(
+    State(api): State<Arc<DeliveryApi>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let sub = match api.subscription(&headers, &id, Permission::Get).await {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    if sub.sink_kind != SinkKind::Pull {
+        return ApiError::new(
+            422,
+            "not_a_pull_subscription",
+            format!(
+                "a {} subscription is delivered by push, not read",
+                sub.sink_kind
+            ),
+        )
+        .into_response();
+    }
+    let (after, limit) = match paging(&q) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let page = match read_page(&*api.store, &sub, after, limit).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "pull read failed");
+            return ApiError::unavailable("the event log is unavailable; retry").into_response();
+        }
+    };
+    mark_success(&api, sub).await;
+    Json(page_view(&page)).into_response()
+}
+
+/// `after` (a seq) and `limit` (1 to [`MAX_LIMIT`]); anything else is a 400.
+fn paging(q: &HashMap<String, String>) -> Result<(Option<u64>, usize), ApiError> {
+    if let Some(k) = q.keys().find(|k| !matches!(k.as_str(), "after" | "limit")) {
+        return Err(ApiError::bad_request(format!("unknown parameter {k:?}")));
+    }
+    let after = q
+        .get("after")
+        .map(|a| a.parse::<u64>())
+        .transpose()
+        .map_err(|_| ApiError::bad_request("after is a seq (a whole number)"))?;
+    let limit = match q.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| ApiError::bad_request(format!("limit is from 1 to {MAX_LIMIT}")))?,
+    };
+    Ok((after, limit))
+}
+
+/// Records the read as the subscription's last success (R-CP-2); a lost race or a store
+/// failure leaves it for the next read.
+async fn mark_success(api: &DeliveryApi, sub: Subscription) {
+    let now = crate::clock::now_ms();
+    if sub
+        .last_success_at_ms
+        .is_some_and(|t| now - t < MARK_EVERY_MS)
+    {
+        return;
+    }
+    let mut next = sub.clone();
+    next.last_success_at_ms = Some(now);
+    next.last_failure_at_ms = None;
+    next.revision += 1;
+    if let Err(e) = api.control.replace(&next, sub.revision).await {
+        tracing::debug!(error = %e, "last_success_at not recorded");
+    }
+}
+
+pub fn page_view(page: &PullPage) -> Value {
+    json!({
+        "items": page.items.iter().map(item_view).collect::<Vec<_>>(),
+        "next_after": page.next_after,
+    })
+}
+
+/// One event as R-CP-14 shows it: JSON payloads as `data`, anything else base64 in
+/// `data_base64`.
+pub fn item_view(stored: &StoredEvent) -> Value {
+    let ev = &stored.event;
+    let content_type = ev
+        .data_content_type
+        .clone()
+        .unwrap_or_else(|| "application/json".into());
+    let mut v = json!({
+        "seq": stored.seq,
+        "id": ev.id,
+        "key": ev.key,
+        "origin": ev.source,
+        "schema_version": ev.schema_version,
+        "time": ev.time,
+        "content_type": content_type,
+    });
+    if let Some(s) = &ev.subject {
+        v["subject"] = s.clone().into();
+    }
+    let json_data = is_json(&content_type)
+        .then(|| serde_json::from_slice::<Value>(&ev.payload).ok())
+        .flatten();
+    match json_data {
+        Some(data) => v["data"] = data,
+        None => {
+            v["data_base64"] = base64::engine::general_purpose::STANDARD
+                .encode(&ev.payload)
+                .into()
+        }
+    }
+    v
+}
+
+fn is_json(content_type: &str) -> bool {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    media == "application/json" || media == "text/json" || media.ends_with("+json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance::event;
+
+    #[test]
+    fn r_cp_14_items_carry_json_as_data_and_anything_else_as_base64() {
+        let mut ev = event("t", "loan.approved");
+        ev.subject = Some("loan-1".into());
+        let json_item = item_view(&StoredEvent {
+            seq: 7,
+            event: ev.clone(),
+        });
+        assert_eq!(json_item["seq"], 7);
+        assert_eq!(json_item["key"], "loan.approved");
+        assert_eq!(json_item["origin"], "lender");
+        assert_eq!(json_item["subject"], "loan-1");
+        assert_eq!(json_item["data"]["amount"], 100);
+        assert!(json_item.get("data_base64").is_none());
+
+        ev.data_content_type = Some("application/octet-stream".into());
+        ev.payload = vec![0, 159, 146, 150];
+        let binary = item_view(&StoredEvent {
+            seq: 8,
+            event: ev.clone(),
+        });
+        assert_eq!(binary["data_base64"], "AJ+Slg==");
+        assert!(binary.get("data").is_none());
+
+        ev.data_content_type = Some("application/cloudevents+json; charset=utf-8".into());
+        ev.payload = b"not json".to_vec();
+        let broken = item_view(&StoredEvent { seq: 9, event: ev });
+        assert!(
+            broken.get("data_base64").is_some(),
+            "unparsable JSON is kept as bytes"
+        );
+    }
+
+    #[test]
+    fn r_cp_14_paging_parameters_are_checked() {
+        let q = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<HashMap<_, _>>()
+        };
+        assert_eq!(paging(&q(&[])).ok(), Some((None, DEFAULT_LIMIT)));
+        assert_eq!(
+            paging(&q(&[("after", "12"), ("limit", "5")])).ok(),
+            Some((Some(12), 5))
+        );
+        for bad in [
+            q(&[("after", "-1")]),
+            q(&[("limit", "0")]),
+            q(&[("limit", "1001")]),
+            q(&[("cursor", "x")]),
+        ] {
+            assert_eq!(paging(&bad).map_err(|e| e.status), Err(400));
+        }
+    }
+}
