@@ -44,6 +44,10 @@ pub struct ControlConfig {
     pub cql_keyspace: String,
     /// Env `STREAMING_HUB_CQL_REPLICATION`, used when creating the keyspace.
     pub cql_replication: String,
+    /// Env `STREAMING_HUB_AWS_ENDPOINT_URL`: every SQS and EventBridge call goes there instead of
+    /// the region's AWS endpoint (an emulator, a VPC endpoint). An operator setting only: a
+    /// tenant's endpoint names a region, account and queue or bus, never a host.
+    pub aws_endpoint_url: Option<String>,
 }
 
 impl ControlConfig {
@@ -79,6 +83,7 @@ impl ControlConfig {
             cql_replication: var("CQL_REPLICATION").unwrap_or_else(|| {
                 "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into()
             }),
+            aws_endpoint_url: var("AWS_ENDPOINT_URL"),
         })
     }
 
@@ -141,8 +146,13 @@ impl ControlConfig {
         let control = Control {
             store,
             keyring: Arc::new(keyring),
-            sinks: crate::sink::Sinks::new(policy.clone())
-                .map_err(|e| anyhow::anyhow!("sink clients: {e}"))?,
+            sinks: crate::sink::Sinks::new(
+                policy.clone(),
+                crate::sink::aws::AwsSettings {
+                    endpoint_url: self.aws_endpoint_url.clone(),
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("sink clients: {e}"))?,
             policy,
             resolver: Arc::new(SystemResolver {
                 timeout: Duration::from_millis(self.dns_timeout_ms),

@@ -226,20 +226,18 @@ pub async fn check_endpoint(
     if endpoint.len() > 2048 {
         return Err(invalid_endpoint("endpoint is longer than 2048 characters"));
     }
+    // SQS and EventBridge name a region, an account and a queue or bus; the hub calls that
+    // region's AWS endpoint, never a host the tenant names (R-SK-2): nothing to resolve.
     match kind {
-        SinkKind::Sqs | SinkKind::Eventbridge if endpoint.starts_with("arn:aws:") => {
-            let service = if kind == SinkKind::Sqs {
-                "sqs"
-            } else {
-                "events"
-            };
-            let parts: Vec<&str> = endpoint.split(':').collect();
-            if parts.len() < 6 || parts[2] != service || parts[3].is_empty() {
-                return Err(invalid_endpoint(format!(
-                    "expected an arn:aws:{service}:<region>:… ARN"
-                )));
-            }
-            return Ok(());
+        SinkKind::Sqs => {
+            return crate::sink::sqs::endpoint::SqsTarget::parse(endpoint)
+                .map(|_| ())
+                .map_err(invalid_endpoint)
+        }
+        SinkKind::Eventbridge => {
+            return crate::sink::eventbridge::endpoint::BusTarget::parse(endpoint)
+                .map(|_| ())
+                .map_err(invalid_endpoint)
         }
         _ => {}
     }

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::auth::{Permission, Principal};
 use crate::error::ApiError;
 use crate::model::{parse_object, Subscription, VerificationState};
-use crate::probe::{after_probe, probe_supported, ProbeKind};
+use crate::probe::{after_probe, ProbeKind};
 use crate::service::{binding, Control, Reply};
 use crate::sink::credential::Credential;
 use crate::sink::outcome::Outcome;
@@ -31,9 +31,6 @@ impl Control {
             Ok(c) => c,
             Err(e) => return e.into(),
         };
-        if let Err(e) = probe_supported(sub.sink_kind) {
-            return e.into();
-        }
         let material = Material::Credential(credential);
         let outcome = self.probe_destination(&sub, Some(&material)).await;
         if !outcome.success {

@@ -42,9 +42,6 @@ impl Control {
             Ok(s) => s,
             Err(e) => return e.into(),
         };
-        if let Err(e) = probe_supported(sub.sink_kind) {
-            return e.into();
-        }
         let outcome = self.probe_destination(&sub, None).await;
         let was_pending = sub.verification_state == VerificationState::PendingVerification;
         let recorded = match self.record_probe(sub, kind, &outcome).await {
@@ -154,19 +151,6 @@ impl Control {
             "subscription_changed",
             "the subscription kept changing; retry",
         ))
-    }
-}
-
-/// Which kinds the hub can probe (and so deliver to). SQS and EventBridge are refused at
-/// creation until their sinks exist; this answers for any stored before that.
-pub fn probe_supported(kind: SinkKind) -> Result<(), ApiError> {
-    match kind {
-        SinkKind::Webhook | SinkKind::Pull | SinkKind::Rabbitmq => Ok(()),
-        SinkKind::Sqs | SinkKind::Eventbridge => Err(ApiError::new(
-            422,
-            "sink_kind_unavailable",
-            format!("this hub cannot deliver to {kind} yet"),
-        )),
     }
 }
 

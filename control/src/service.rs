@@ -318,10 +318,6 @@ impl Control {
                 Ok(f) => f,
                 Err(e) => return Outcome::Refused(e),
             };
-            // No kind is accepted that the hub cannot deliver.
-            if let Err(e) = crate::probe::probe_supported(fields.sink_kind) {
-                return Outcome::Refused(e);
-            }
             if let Err(e) = check_endpoint(
                 &self.policy,
                 &*self.resolver,

@@ -11,7 +11,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use base64::Engine as _;
 use serde_json::{json, Value};
 
 use hub_control::auth::Permission;
@@ -132,28 +131,9 @@ pub fn item_view(stored: &StoredEvent) -> Value {
     if let Some(s) = &ev.subject {
         v["subject"] = s.clone().into();
     }
-    let json_data = is_json(&content_type)
-        .then(|| serde_json::from_slice::<Value>(&ev.payload).ok())
-        .flatten();
-    match json_data {
-        Some(data) => v["data"] = data,
-        None => {
-            v["data_base64"] = base64::engine::general_purpose::STANDARD
-                .encode(&ev.payload)
-                .into()
-        }
-    }
+    let (field, data) = hub_control::sink::data_field(&content_type, &ev.payload);
+    v[field] = data;
     v
-}
-
-fn is_json(content_type: &str) -> bool {
-    let media = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    media == "application/json" || media == "text/json" || media.ends_with("+json")
 }
 
 #[cfg(test)]

@@ -6,16 +6,20 @@
 //!   retryable or permanent;
 //! - `credential`: queue credentials, write-only, sealed like signing secrets;
 //! - a folder (or file) per kind with the same parts: endpoint parsing, the message or request
-//!   of one event, the client, and the classification of its failures — `rabbitmq/`; the webhook
-//!   lives in `crate::webhook` and `crate::signature`;
+//!   of one event, the client, and the classification of its failures — `rabbitmq/`, `sqs/`,
+//!   `eventbridge/` (the last two share `aws.rs`); the webhook lives in `crate::webhook` and
+//!   `crate::signature`;
 //! - [`Sinks`] (this file): opens the subscription's sealed secret or credential in memory for
 //!   one attempt (R-DI-4) and hands the event to its kind's client.
 //!
 //! `pull` has no client: a pull subscription takes no jobs and is read by `seq`.
 
+pub mod aws;
 pub mod credential;
+pub mod eventbridge;
 pub mod outcome;
 pub mod rabbitmq;
+pub mod sqs;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +61,26 @@ impl EventOut<'_> {
     }
 }
 
+/// How a payload travels inside a JSON document (a pull page, an EventBridge detail): as the
+/// JSON value itself under `data` when the content type is JSON and the bytes parse, else as
+/// base64 under `data_base64`.
+pub fn data_field(content_type: &str, payload: &[u8]) -> (&'static str, serde_json::Value) {
+    use base64::Engine as _;
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    let json = media.eq_ignore_ascii_case("application/json")
+        || media.eq_ignore_ascii_case("text/json")
+        || media.to_ascii_lowercase().ends_with("+json");
+    match json.then(|| serde_json::from_slice(payload).ok()).flatten() {
+        Some(value) => ("data", value),
+        None => (
+            "data_base64",
+            base64::engine::general_purpose::STANDARD
+                .encode(payload)
+                .into(),
+        ),
+    }
+}
+
 /// The secret material of one attempt, opened in memory only.
 #[derive(Debug)]
 pub enum Material {
@@ -71,13 +95,18 @@ pub enum Material {
 pub struct Sinks {
     pub webhook: WebhookClient,
     pub rabbitmq: rabbitmq::RabbitSink,
+    pub sqs: sqs::SqsSink,
+    pub eventbridge: eventbridge::EventBridgeSink,
 }
 
 impl Sinks {
-    pub fn new(policy: Arc<DestinationPolicy>) -> Result<Self, String> {
+    pub fn new(policy: Arc<DestinationPolicy>, aws: aws::AwsSettings) -> Result<Self, String> {
+        let aws = Arc::new(aws);
         Ok(Self {
             webhook: WebhookClient::new(policy.clone())?,
             rabbitmq: rabbitmq::RabbitSink::new(policy),
+            sqs: sqs::SqsSink::new(aws.clone()),
+            eventbridge: eventbridge::EventBridgeSink::new(aws),
         })
     }
 
@@ -126,6 +155,25 @@ impl Sinks {
                 SinkKind::Rabbitmq,
                 Material::Credential(Credential::Rabbitmq { username, password }),
             ) => self.rabbitmq.send(endpoint, username, password, ev).await,
+            (
+                kind @ (SinkKind::Sqs | SinkKind::Eventbridge),
+                Material::Credential(Credential::Aws {
+                    access_key_id,
+                    secret_access_key,
+                    session_token,
+                }),
+            ) => {
+                let keys = aws::Keys {
+                    access_key_id,
+                    secret_access_key,
+                    session_token: session_token.as_deref(),
+                };
+                if kind == SinkKind::Sqs {
+                    self.sqs.send(endpoint, keys, ev).await
+                } else {
+                    self.eventbridge.send(endpoint, keys, ev).await
+                }
+            }
             (kind, _) => Outcome::refused(
                 ErrorClass::SecretUnavailable,
                 format!("no usable secret or credential for a {kind} subscription"),

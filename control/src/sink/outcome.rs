@@ -39,6 +39,8 @@ pub enum ErrorClass {
     Rejected,
     /// The event is larger than the destination accepts (SQS, EventBridge: 256 KiB).
     PayloadTooLarge,
+    /// The destination refused the message as malformed (an AWS validation error).
+    InvalidMessage,
     /// The destination asks the hub to slow down.
     Throttled,
     /// The destination's service failed on its side (5xx of a cloud API).
@@ -56,6 +58,7 @@ impl ErrorClass {
             self,
             ErrorClass::InvalidEndpoint
                 | ErrorClass::PayloadTooLarge
+                | ErrorClass::InvalidMessage
                 | ErrorClass::AccessDenied
                 | ErrorClass::DestinationMissing
                 | ErrorClass::Unroutable
@@ -80,6 +83,7 @@ impl ErrorClass {
             ErrorClass::Unroutable => "unroutable",
             ErrorClass::Rejected => "rejected",
             ErrorClass::PayloadTooLarge => "payload_too_large",
+            ErrorClass::InvalidMessage => "invalid_message",
             ErrorClass::Throttled => "throttled",
             ErrorClass::ServiceError => "service_error",
         }

@@ -1,6 +1,7 @@
 //! The engine's integration tests: the `streaming-hub` binary against real Kafka (started by
 //! `scripts/services up`), checked through its store file and Kafka's committed offsets.
 
+mod aws;
 mod catalog;
 mod delivery;
 mod delivery_load;

@@ -1,0 +1,87 @@
+//! The EventBridge sink (SPEC §4): `PutEvents` of one entry to the tenant's bus with its
+//! credential (R-CP-6). A 200 answer may still refuse the entry (`FailedEntryCount`): that is
+//! a failure, classified by the entry's error code.
+//!
+//! - `endpoint`: the bus ARN → region;
+//! - `entry`: source, detail type and detail of one event;
+//! - this file: the client per (region, credential) and the call; errors are classified in
+//!   `sink::aws`.
+
+pub mod endpoint;
+pub mod entry;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+
+use self::endpoint::BusTarget;
+use self::entry::{detail, size, MAX_ENTRY_BYTES, SOURCE};
+use crate::sink::aws::{by_code, classify, AwsSettings, Cache, Keys};
+use crate::sink::outcome::{ErrorClass, Outcome};
+use crate::sink::EventOut;
+
+/// The EventBridge client of a process: cheap to clone.
+#[derive(Debug, Clone)]
+pub struct EventBridgeSink {
+    settings: Arc<AwsSettings>,
+    clients: Cache<aws_sdk_eventbridge::Client>,
+}
+
+impl EventBridgeSink {
+    pub fn new(settings: Arc<AwsSettings>) -> Self {
+        Self {
+            settings,
+            clients: Cache::default(),
+        }
+    }
+
+    fn client(&self, region: &str, keys: Keys<'_>) -> aws_sdk_eventbridge::Client {
+        self.clients.get_or(keys.digest(region), || {
+            aws_sdk_eventbridge::Client::new(&self.settings.sdk_config(region, keys))
+        })
+    }
+
+    /// Puts one event; every failure is an `Outcome`.
+    pub async fn send(&self, endpoint: &str, keys: Keys<'_>, ev: &EventOut<'_>) -> Outcome {
+        let started = Instant::now();
+        let target = match BusTarget::parse(endpoint) {
+            Ok(t) => t,
+            Err(why) => return Outcome::refused(ErrorClass::InvalidEndpoint, why),
+        };
+        let (detail_type, detail) = detail(ev);
+        let bytes = size(&detail_type, &detail);
+        if bytes > MAX_ENTRY_BYTES {
+            return Outcome::refused(
+                ErrorClass::PayloadTooLarge,
+                format!("the entry is {bytes} bytes; EventBridge takes at most {MAX_ENTRY_BYTES}"),
+            );
+        }
+        let entry = PutEventsRequestEntry::builder()
+            .event_bus_name(&target.arn)
+            .source(SOURCE)
+            .detail_type(detail_type)
+            .detail(detail)
+            .build();
+        let answer = self
+            .client(&target.region, keys)
+            .put_events()
+            .entries(entry)
+            .send()
+            .await;
+        match answer {
+            Ok(out) if out.failed_entry_count() == 0 => Outcome::delivered(None, started.elapsed()),
+            Ok(out) => {
+                let failed = out.entries().first();
+                let code = failed.and_then(|e| e.error_code()).unwrap_or_default();
+                let message = failed.and_then(|e| e.error_message()).unwrap_or_default();
+                Outcome::refused(
+                    by_code(code, false),
+                    format!("entry refused: {code}: {message}"),
+                )
+                .took(started)
+            }
+            Err(e) => classify(&e).took(started),
+        }
+    }
+}
