@@ -1,6 +1,7 @@
-//! The delivery side of a run: one webhook subscription per tenant and destination, created
-//! through the hub's `/v1` with a token signed by the hub's generated secret, each pointed at its
-//! own receiver path (so each has its own signing secret to verify) and pinged active.
+//! The delivery side of a run: one subscription per tenant and destination, created through the
+//! hub's `/v1` with a token signed by the hub's generated secret. Webhooks point at their own
+//! receiver path (so each has its own signing secret to verify) and are pinged active; the other
+//! sinks (`sinks.rs`) get a queue or a pull reader of their own, and queues their credential.
 
 use std::time::Duration;
 
@@ -8,6 +9,32 @@ use serde_json::{json, Value};
 
 use crate::receiver::{Behaviour, Receivers};
 use crate::scenario::DeliverySpec;
+use crate::sinks::{Consumers, SinkChoice};
+use crate::tally::Tally;
+
+/// Where a run's deliveries go and are counted.
+pub enum Destinations {
+    Webhook(Receivers),
+    Other(Consumers),
+}
+
+impl Destinations {
+    pub async fn start(sink: SinkChoice) -> anyhow::Result<Self> {
+        Ok(match sink {
+            SinkChoice::Webhook => {
+                Destinations::Webhook(Receivers::start(Default::default()).await?)
+            }
+            other => Destinations::Other(Consumers::new(other)?),
+        })
+    }
+
+    pub fn tally(&self) -> &Tally {
+        match self {
+            Destinations::Webhook(r) => r.tally(),
+            Destinations::Other(c) => &c.tally,
+        }
+    }
+}
 
 /// What was subscribed.
 #[derive(Debug, Clone)]
@@ -19,9 +46,9 @@ pub struct Subscribed {
 
 impl Subscribed {
     /// Unique deliveries seen at the checked destinations.
-    pub fn checked_deliveries(&self, receivers: &Receivers) -> u64 {
+    pub fn checked_deliveries(&self, tally: &Tally) -> u64 {
         let names = &self.checked;
-        receivers
+        tally
             .seen(|s| {
                 s.unique_events
                     .iter()
@@ -59,10 +86,9 @@ fn token(data_dir: &std::path::Path, tenant: &str) -> anyhow::Result<String> {
 pub async fn subscribe(
     hub_url: &str,
     data_dir: &std::path::Path,
-    tenants: &[String],
-    source: &str,
+    (tenants, source, run_id): (&[String], &str, &str),
     spec: &DeliverySpec,
-    receivers: &Receivers,
+    destinations: &Destinations,
 ) -> anyhow::Result<Subscribed> {
     let client = reqwest::Client::new();
     let mut subscriptions = 0;
@@ -74,46 +100,39 @@ pub async fn subscribe(
             .filter(|d| d.tenants.is_none_or(|n| t < n))
         {
             let path = format!("{}-{t}", d.name);
-            let created: Value = client
-                .post(format!("{hub_url}/v1/subscriptions"))
-                .bearer_auth(&token)
-                .header("x-idempotency", uuid::Uuid::now_v7().to_string())
-                .json(&json!({
-                    "name": path,
-                    "sink_kind": "webhook",
-                    "endpoint": receivers.url(&path),
-                    // The run's producer only: the hub's own events (destination.verified of the
-                    // tenant's other subscriptions) are not part of the count.
-                    "origin": source,
-                }))
-                .send()
-                .await?
-                .json()
-                .await?;
-            let (Some(id), Some(secret)) = (created["id"].as_str(), created["secret"].as_str())
-            else {
-                anyhow::bail!("creating a subscription failed: {created}");
+            let call = Call {
+                client: &client,
+                hub_url,
+                token: &token,
             };
-            receivers.set(
-                &path,
-                Behaviour {
-                    latency: Duration::from_millis(d.latency_ms),
-                    failure_rate: d.failure_rate,
-                    status: d.status,
-                    secret: Some(secret.to_owned()),
-                },
-            );
-            let ping: Value = client
-                .post(format!("{hub_url}/v1/subscriptions/{id}/ping"))
-                .bearer_auth(&token)
-                .send()
-                .await?
-                .json()
-                .await?;
-            anyhow::ensure!(
-                ping["outcome"] == "success",
-                "ping of {path} failed: {ping}"
-            );
+            match destinations {
+                Destinations::Webhook(receivers) => {
+                    webhook(&call, &path, source, d, receivers).await?;
+                }
+                Destinations::Other(consumers) => {
+                    let (mut body, credential) = consumers.destination(run_id, &path).await?;
+                    body["name"] = path.clone().into();
+                    body["origin"] = source.into();
+                    let id = call.create(body).await?;
+                    if let Some(c) = credential {
+                        let put: Value = client
+                            .put(format!("{hub_url}/v1/subscriptions/{id}/credential"))
+                            .bearer_auth(&token)
+                            .json(&c)
+                            .send()
+                            .await?
+                            .json()
+                            .await?;
+                        anyhow::ensure!(
+                            put["verification_state"] == "active",
+                            "onboarding {path} failed: {put}"
+                        );
+                    }
+                    consumers
+                        .consume(run_id, &path, tenant, (hub_url, &token, &id))
+                        .await?;
+                }
+            }
             subscriptions += 1;
         }
     }
@@ -129,4 +148,80 @@ pub async fn subscribe(
         subscriptions,
         checked,
     })
+}
+
+/// One tenant's calls to `/v1`.
+struct Call<'a> {
+    client: &'a reqwest::Client,
+    hub_url: &'a str,
+    token: &'a str,
+}
+
+impl Call<'_> {
+    /// Creates a subscription; returns its answer.
+    async fn create_answer(&self, body: Value) -> anyhow::Result<Value> {
+        Ok(self
+            .client
+            .post(format!("{}/v1/subscriptions", self.hub_url))
+            .bearer_auth(self.token)
+            .header("x-idempotency", uuid::Uuid::now_v7().to_string())
+            .json(&body)
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+
+    async fn create(&self, body: Value) -> anyhow::Result<String> {
+        let created = self.create_answer(body).await?;
+        created["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow::anyhow!("creating a subscription failed: {created}"))
+    }
+}
+
+/// A webhook to its own receiver path, with the path's behaviour, pinged active.
+async fn webhook(
+    call: &Call<'_>,
+    path: &str,
+    source: &str,
+    d: &crate::scenario::Destination,
+    receivers: &Receivers,
+) -> anyhow::Result<()> {
+    let created = call
+        .create_answer(json!({
+            "name": path,
+            "sink_kind": "webhook",
+            "endpoint": receivers.url(path),
+            // The run's producer only: the hub's own events (destination.verified of the
+            // tenant's other subscriptions) are not part of the count.
+            "origin": source,
+        }))
+        .await?;
+    let (Some(id), Some(secret)) = (created["id"].as_str(), created["secret"].as_str()) else {
+        anyhow::bail!("creating a subscription failed: {created}");
+    };
+    receivers.set(
+        path,
+        Behaviour {
+            latency: Duration::from_millis(d.latency_ms),
+            failure_rate: d.failure_rate,
+            status: d.status,
+            secret: Some(secret.to_owned()),
+        },
+    );
+    let ping: Value = call
+        .client
+        .post(format!("{}/v1/subscriptions/{id}/ping", call.hub_url))
+        .bearer_auth(call.token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    anyhow::ensure!(
+        ping["outcome"] == "success",
+        "ping of {path} failed: {ping}"
+    );
+    Ok(())
 }

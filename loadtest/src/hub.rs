@@ -14,6 +14,9 @@ pub enum StoreChoice {
     Cql,
 }
 
+/// The keyspace of a hub under test on CQL.
+pub const CQL_KEYSPACE: &str = "streaming_hub_loadtest";
+
 pub struct HubSpec<'a> {
     pub bin: &'a Path,
     pub store: StoreChoice,
@@ -60,7 +63,7 @@ impl Hub {
         if spec.store == StoreChoice::Cql {
             cmd.env("STREAMING_HUB_STORE", "cql")
                 .env("STREAMING_HUB_CQL_NODES", spec.cql)
-                .env("STREAMING_HUB_CQL_KEYSPACE", "streaming_hub_loadtest");
+                .env("STREAMING_HUB_CQL_KEYSPACE", CQL_KEYSPACE);
         }
         let child = cmd.spawn().map_err(|e| {
             anyhow::anyhow!(

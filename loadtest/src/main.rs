@@ -13,7 +13,9 @@ mod receiver;
 mod report;
 mod run;
 mod scenario;
+mod sinks;
 mod svg;
+mod tally;
 mod workload;
 
 use std::path::PathBuf;
@@ -69,6 +71,12 @@ struct Cli {
     /// repeatable. The report's command line records it.
     #[arg(long = "hub-env")]
     hub_env: Vec<String>,
+    /// The sink of a delivery scenario's subscriptions: `webhook` (default; this tool's
+    /// receivers), `rabbitmq` (the local broker), `sqs` (moto) or `pull` (readers of
+    /// `GET /v1/subscriptions/:id/events`). Each is measured next to the raw rate of the same
+    /// client against the same service.
+    #[arg(long, value_enum, default_value = "webhook")]
+    sink: sinks::SinkChoice,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -109,7 +117,11 @@ async fn main() -> anyhow::Result<()> {
             hub::StoreChoice::Embedded => "embedded",
             hub::StoreChoice::Cql => "cql",
         };
-        PathBuf::from(format!("loadtest/reports/{}-{store}", scenario.name))
+        let sink = match cli.sink {
+            sinks::SinkChoice::Webhook => String::new(),
+            other => format!("-{}", other.label()),
+        };
+        PathBuf::from(format!("loadtest/reports/{}{sink}-{store}", scenario.name))
     });
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let report = run::run(run::RunArgs {
@@ -122,11 +134,17 @@ async fn main() -> anyhow::Result<()> {
         delete_other_topics: cli.delete_other_topics,
         target: cli.target,
         hub_env: cli
-            .hub_env
-            .iter()
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .sink
+            .hub_env()
+            .into_iter()
+            .chain(
+                cli.hub_env
+                    .iter()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            )
             .collect(),
+        sink: cli.sink,
         command,
     })
     .await?;

@@ -5,7 +5,7 @@
 //! client reaches against the same receiver.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -15,9 +15,10 @@ use axum::routing::post;
 use axum::Router;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use hdrhistogram::Histogram;
 use rand::Rng;
 use ring::hmac;
+
+use crate::tally::{sent_ms, Tally};
 
 /// How one receiver path behaves.
 #[derive(Debug, Clone)]
@@ -41,25 +42,10 @@ impl Default for Behaviour {
     }
 }
 
-/// What the receivers saw.
-#[derive(Debug, Default)]
-pub struct Seen {
-    pub deliveries: u64,
-    pub bad_signatures: u64,
-    /// `(receiver path, event id)` answered 2xx, pings left out.
-    pub unique_events: std::collections::HashSet<(String, String)>,
-    pub per_tenant: HashMap<String, u64>,
-}
-
 #[derive(Clone)]
 struct Shared {
     behaviours: Arc<std::sync::RwLock<HashMap<String, Behaviour>>>,
-    /// Successful non-ping deliveries, for the progress sampler.
-    delivered: Arc<std::sync::atomic::AtomicU64>,
-    seen: Arc<Mutex<Seen>>,
-    latency_us: Arc<Mutex<Histogram<u64>>>,
-    /// The same, per tenant.
-    tenant_latency_us: Arc<Mutex<HashMap<String, Histogram<u64>>>>,
+    tally: Tally,
 }
 
 /// Verifies a Standard Webhooks signature header against `secret`.
@@ -79,16 +65,6 @@ pub fn verify(secret: &str, id: &str, timestamp: &str, body: &[u8], signatures: 
             .and_then(|b64| STANDARD.decode(b64).ok())
             .is_some_and(|sig| hmac::verify(&key, &content, &sig).is_ok())
     })
-}
-
-/// The producer's send time, written into every payload as `"sent_ms":<unix ms>`.
-fn sent_ms(body: &[u8]) -> Option<i64> {
-    let text = std::str::from_utf8(body.get(..body.len().min(96))?).ok()?;
-    let rest = &text[text.find("\"sent_ms\":")? + 10..];
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
 }
 
 async fn hook(
@@ -121,57 +97,25 @@ async fn hook(
         )
     });
     if !signed {
-        if let Ok(mut seen) = s.seen.lock() {
-            seen.deliveries += 1;
-            seen.bad_signatures += 1;
-        }
+        s.tally.record_failure(true);
         return StatusCode::UNAUTHORIZED;
     }
     // A destination that fails still answers the verification ping: it broke after it was
     // verified, which is when a hub has to cope with it.
     let ping = h("x-lerian-event-type") == "destination.ping";
     if !ping && b.failure_rate > 0.0 && rand::thread_rng().gen_bool(b.failure_rate.min(1.0)) {
-        if let Ok(mut seen) = s.seen.lock() {
-            seen.deliveries += 1;
-        }
+        s.tally.record_failure(false);
         return StatusCode::from_u16(b.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     }
     if ping {
         return StatusCode::NO_CONTENT;
     }
-    if let Ok(mut seen) = s.seen.lock() {
-        seen.deliveries += 1;
-        let fresh = seen
-            .unique_events
-            .insert((name.clone(), h("x-lerian-event-id").to_owned()));
-        if fresh {
-            s.delivered
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        *seen
-            .per_tenant
-            .entry(h("x-lerian-tenant-id").to_owned())
-            .or_default() += 1;
-    }
-    // End-to-end latency: from the producer's send (in the payload) to now.
-    if let Some(sent) = sent_ms(&body) {
-        let now = crate::machine::unix_ms();
-        let us = u64::try_from((now - sent).max(0) * 1000).unwrap_or(0);
-        if let Ok(mut hist) = s.latency_us.lock() {
-            let _ = hist.record(us);
-        }
-        if let Ok(mut per) = s.tenant_latency_us.lock() {
-            let tenant = h("x-lerian-tenant-id");
-            if !per.contains_key(tenant) {
-                if let Ok(fresh) = Histogram::new_with_bounds(1, 3_600_000_000, 2) {
-                    per.insert(tenant.to_owned(), fresh);
-                }
-            }
-            if let Some(hist) = per.get_mut(tenant) {
-                let _ = hist.record(us);
-            }
-        }
-    }
+    s.tally.record(
+        &name,
+        h("x-lerian-event-id"),
+        h("x-lerian-tenant-id"),
+        sent_ms(&body),
+    );
     StatusCode::NO_CONTENT
 }
 
@@ -186,10 +130,7 @@ impl Receivers {
     pub async fn start(behaviours: HashMap<String, Behaviour>) -> anyhow::Result<Self> {
         let shared = Shared {
             behaviours: Arc::new(std::sync::RwLock::new(behaviours)),
-            delivered: Arc::default(),
-            seen: Arc::default(),
-            latency_us: Arc::new(Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)),
-            tenant_latency_us: Arc::default(),
+            tally: Tally::new()?,
         };
         let app = Router::new()
             .route("/hook/{name}", post(hook))
@@ -213,62 +154,9 @@ impl Receivers {
         }
     }
 
-    /// The count of unique successful deliveries, shared with the progress sampler.
-    pub fn delivered_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
-        self.shared.delivered.clone()
-    }
-
-    pub fn seen<T>(&self, read: impl FnOnce(&Seen) -> T) -> Option<T> {
-        self.shared.seen.lock().ok().map(|s| read(&s))
-    }
-
-    /// p50, p90, p99, p99.9 and max of end-to-end latency, in ms.
-    pub fn latency_ms(&self) -> Option<[f64; 5]> {
-        let h = self.shared.latency_us.lock().ok()?;
-        if h.is_empty() {
-            return None;
-        }
-        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
-        Some([q(0.5), q(0.9), q(0.99), q(0.999), h.max() as f64 / 1000.0])
-    }
-
-    /// The latency distribution: (percentile, ms) from p0 to p99.99, denser in the tail.
-    pub fn latency_curve(&self) -> Vec<(f64, f64)> {
-        let Ok(h) = self.shared.latency_us.lock() else {
-            return Vec::new();
-        };
-        if h.is_empty() {
-            return Vec::new();
-        }
-        let mut points: Vec<f64> = (0..=90).map(f64::from).collect();
-        points.extend((1..=9).map(|i| 90.0 + f64::from(i)));
-        points.extend([99.5, 99.9, 99.95, 99.99]);
-        points
-            .into_iter()
-            .map(|p| (p, h.value_at_quantile(p / 100.0) as f64 / 1000.0))
-            .collect()
-    }
-
-    /// Per tenant: (tenant, deliveries, p50 ms, p99 ms, max ms), most deliveries first.
-    pub fn tenant_latency(&self) -> Vec<(String, u64, f64, f64, f64)> {
-        let Ok(per) = self.shared.tenant_latency_us.lock() else {
-            return Vec::new();
-        };
-        let ms = |v: u64| v as f64 / 1000.0;
-        let mut out: Vec<_> = per
-            .iter()
-            .map(|(t, h)| {
-                (
-                    t.clone(),
-                    h.len(),
-                    ms(h.value_at_quantile(0.5)),
-                    ms(h.value_at_quantile(0.99)),
-                    ms(h.max()),
-                )
-            })
-            .collect();
-        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        out
+    /// What the receivers saw.
+    pub fn tally(&self) -> &Tally {
+        &self.shared.tally
     }
 }
 
@@ -353,7 +241,7 @@ mod tests {
             assert_eq!(req.send().await.expect("post").status().as_u16(), want);
         }
         assert_eq!(
-            r.seen(|s| (s.deliveries, s.bad_signatures, s.unique_events.len())),
+            r.tally().seen(|s| (s.deliveries, s.bad_signatures, s.unique_events.len())),
             Some((2, 1, 1))
         );
         let rate = raw_post_rate(&r.url("open"), 4, Duration::from_millis(300), 256)

@@ -7,13 +7,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::deliver::{self, Subscribed};
+use crate::deliver::{self, Destinations, Subscribed};
 use crate::http_target;
 use crate::hub::{self, Hub, HubSpec, StoreChoice};
 use crate::kafka::{self, Budget, CommittedReader, ProducedCounts};
 use crate::receiver::Receivers;
 use crate::report::{Baseline, Check, DeliveryFigures, HubFigures, PhaseShare, Report, Sample};
 use crate::scenario::{Mode, Scenario};
+use crate::sinks::SinkChoice;
+use crate::tally::Tally;
 use crate::workload::Generator;
 
 /// How often progress is sampled.
@@ -43,6 +45,8 @@ pub struct RunArgs {
     pub target: Target,
     /// Extra `STREAMING_HUB_*` settings for the hub.
     pub hub_env: Vec<(String, String)>,
+    /// The sink of a delivery scenario's subscriptions.
+    pub sink: SinkChoice,
     pub command: String,
 }
 
@@ -144,19 +148,19 @@ fn expected(counts: &ProducedCounts, subscribed: Option<&Subscribed>) -> u64 {
 
 /// Waits until the checked destinations have every event.
 async fn wait_delivered(
-    receivers: Option<&Receivers>,
+    tally: Option<&Tally>,
     subscribed: Option<&Subscribed>,
     expected: u64,
 ) -> anyhow::Result<()> {
-    let (Some(r), Some(sub)) = (receivers, subscribed) else {
+    let (Some(t), Some(sub)) = (tally, subscribed) else {
         return Ok(());
     };
     let deadline = Instant::now() + DRAIN_LIMIT;
-    while sub.checked_deliveries(r) < expected {
+    while sub.checked_deliveries(t) < expected {
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the receivers got {} of {expected} deliveries within {DRAIN_LIMIT:?}",
-            sub.checked_deliveries(r)
+            "the destinations got {} of {expected} deliveries within {DRAIN_LIMIT:?}",
+            sub.checked_deliveries(t)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -164,12 +168,12 @@ async fn wait_delivered(
 }
 
 fn delivery_figures(
-    r: &Receivers,
+    t: &Tally,
     sub: &Subscribed,
     produced: &ProducedCounts,
     samples: &[Sample],
     counters: &BTreeMap<String, u64>,
-    raw_post_rate: f64,
+    (limit, limit_rate): (String, f64),
 ) -> DeliveryFigures {
     let expected = expected(produced, Some(sub));
     let first = samples.iter().find(|s| s.delivered > 0);
@@ -184,10 +188,10 @@ fn delivery_figures(
         ),
         _ => (0.0, 0.0),
     };
-    let (requests, bad_signatures) = r
+    let (requests, bad_signatures) = t
         .seen(|s| (s.deliveries, s.bad_signatures))
         .unwrap_or_default();
-    let unique = sub.checked_deliveries(r);
+    let unique = sub.checked_deliveries(t);
     DeliveryFigures {
         subscriptions: sub.subscriptions,
         expected,
@@ -196,15 +200,68 @@ fn delivery_figures(
         bad_signatures,
         rate,
         seconds,
-        latency_ms: r.latency_ms(),
-        raw_post_rate,
+        latency_ms: t.latency_ms(),
+        limit,
+        raw_post_rate: limit_rate,
         pending_jobs_end: counters
             .get("streaming_hub_delivery_pending_jobs")
             .copied()
             .unwrap_or(0),
-        latency_curve: r.latency_curve(),
-        per_tenant: r.tenant_latency(),
+        latency_curve: t.latency_curve(),
+        per_tenant: t.tenant_latency(),
     }
+}
+
+/// The physical limit of the run's sink, measured after the hub stopped: (what, per second).
+async fn sink_limit(
+    destinations: &Destinations,
+    body_bytes: usize,
+    store: (StoreChoice, &str, &std::path::Path),
+    tenants: &[String],
+) -> anyhow::Result<(String, f64)> {
+    let consumers = match destinations {
+        Destinations::Webhook(r) => {
+            return Ok((
+                "raw loopback POST to the same receiver (32 keep-alive clients)".into(),
+                raw_post_baseline(r, body_bytes).await?,
+            ))
+        }
+        Destinations::Other(c) => c,
+    };
+    consumers.stop().await;
+    Ok(match consumers.sink {
+        SinkChoice::Rabbitmq => (
+            "raw lapin publish with confirms to the same broker (16 publishers)".into(),
+            crate::sinks::raw_rabbitmq_rate(body_bytes).await?,
+        ),
+        SinkChoice::Sqs => (
+            "raw SDK SendMessage to the same moto server (16 senders)".into(),
+            crate::sinks::raw_sqs_rate(body_bytes).await?,
+        ),
+        SinkChoice::Pull | SinkChoice::Webhook => {
+            let opened: Arc<dyn hub_engine::store::Store> = match store.0 {
+                StoreChoice::Embedded => Arc::new(
+                    hub_engine::store::embedded::EmbeddedStore::open(&store.2.join("hub.redb"))
+                        .map_err(|e| anyhow::anyhow!("{e}"))?,
+                ),
+                StoreChoice::Cql => Arc::new(
+                    hub_engine::store::cql::CqlStore::connect(
+                        hub_engine::store::cql::CqlSettings {
+                            nodes: vec![store.1.to_owned()],
+                            keyspace: hub::CQL_KEYSPACE.into(),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                ),
+            };
+            (
+                "raw store scan of the same events (read_events, pages of 1,000)".into(),
+                crate::sinks::raw_scan_rate(opened, tenants).await?,
+            )
+        }
+    })
 }
 
 /// The physical limit of a POST path on this machine: 32 keep-alive clients POSTing a body of the
@@ -379,27 +436,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         env: &args.hub_env,
     };
 
-    let receivers = match &scenario.delivery {
-        Some(_) => Some(Receivers::start(Default::default()).await?),
+    let destinations = match &scenario.delivery {
+        Some(_) => Some(Destinations::start(args.sink).await?),
         None => None,
     };
-    let delivered = receivers
-        .as_ref()
-        .map_or_else(Arc::default, Receivers::delivered_counter);
+    let tally = destinations.as_ref().map(Destinations::tally);
+    let delivered = tally.map_or_else(Arc::default, Tally::delivered_counter);
     let tenants: Vec<String> = (0..scenario.tenants)
         .map(|t| format!("{run_id}-t{t}"))
         .collect();
     let run_source: &str = &run_id;
     let subscribe = |hub: &Hub| {
         let url = hub.url.clone();
-        let (tenants, receivers) = (&tenants, &receivers);
+        let (tenants, destinations, run_id) = (&tenants, &destinations, &run_id);
         let dir = data_dir.path().to_owned();
         async move {
-            match (&scenario.delivery, receivers) {
-                (Some(spec), Some(r)) => {
+            match (&scenario.delivery, destinations) {
+                (Some(spec), Some(d)) => {
                     eprintln!("[loadtest] subscribing {} tenants", tenants.len());
                     Ok::<_, anyhow::Error>(Some(
-                        deliver::subscribe(&url, &dir, tenants, run_source, spec, r).await?,
+                        deliver::subscribe(&url, &dir, (tenants, run_source, run_id), spec, d)
+                            .await?,
                     ))
                 }
                 _ => Ok(None),
@@ -451,7 +508,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             );
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
             wait_delivered(
-                receivers.as_ref(),
+                tally,
                 subscribed.as_ref(),
                 expected(&counts, subscribed.as_ref()),
             )
@@ -526,7 +583,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
             let drain = end.elapsed().as_secs_f64();
             wait_delivered(
-                receivers.as_ref(),
+                tally,
                 subscribed.as_ref(),
                 expected(&counts, subscribed.as_ref()),
             )
@@ -539,17 +596,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let counters = hub.metrics().await?;
     let (rss_end, rss_peak) = hub::rss_kib(hub.pid()).unwrap_or((0, 0));
     hub.stop()?;
-    let delivery = match (&receivers, &subscribed) {
-        (Some(r), Some(sub)) => {
-            eprintln!("[loadtest] raw POST baseline against the receiver");
-            let raw_post_rate = raw_post_baseline(r, scenario.payload_bytes).await?;
+    let delivery = match (&destinations, &subscribed) {
+        (Some(d), Some(sub)) => {
+            eprintln!("[loadtest] the sink's raw rate, same client, same service");
+            let limit = sink_limit(
+                d,
+                scenario.payload_bytes,
+                (args.store, &args.cql, data_dir.path()),
+                &tenants,
+            )
+            .await?;
             Some(delivery_figures(
-                r,
+                d.tally(),
                 sub,
                 &produced,
                 &samples,
                 &counters,
-                raw_post_rate,
+                limit,
             ))
         }
         _ => None,
@@ -604,6 +667,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             raw_post_rate,
         },
         target: args.target,
+        sink: scenario.delivery.as_ref().map(|_| args.sink),
         hub: HubFigures {
             durable_rate,
             durable_seconds,

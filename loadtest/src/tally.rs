@@ -1,0 +1,146 @@
+//! What the destinations of a run saw, whatever the sink: unique (destination, event)
+//! deliveries, requests, deliveries per tenant, and the end-to-end latency from the producer's
+//! send (written into every payload as `"sent_ms":<unix ms>`) to arrival, in HDR histograms.
+//! Webhook receivers, queue consumers and pull readers all record here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hdrhistogram::Histogram;
+
+/// The counts.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub deliveries: u64,
+    pub bad_signatures: u64,
+    /// `(destination, event id)` delivered, pings left out.
+    pub unique_events: std::collections::HashSet<(String, String)>,
+    pub per_tenant: HashMap<String, u64>,
+}
+
+/// Shared by every recorder of a run; cheap to clone.
+#[derive(Clone)]
+pub struct Tally {
+    /// Unique deliveries, for the progress sampler.
+    delivered: Arc<AtomicU64>,
+    seen: Arc<Mutex<Seen>>,
+    latency_us: Arc<Mutex<Histogram<u64>>>,
+    tenant_latency_us: Arc<Mutex<HashMap<String, Histogram<u64>>>>,
+}
+
+/// The producer's send time in a payload (`"sent_ms":<unix ms>` near its start).
+pub fn sent_ms(body: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(body.get(..body.len().min(96))?).ok()?;
+    let rest = &text[text.find("\"sent_ms\":")? + 10..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+impl Tally {
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            delivered: Arc::default(),
+            seen: Arc::default(),
+            latency_us: Arc::new(Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)),
+            tenant_latency_us: Arc::default(),
+        })
+    }
+
+    /// A request that was not a success (a failure answered, a bad signature).
+    pub fn record_failure(&self, bad_signature: bool) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.deliveries += 1;
+            seen.bad_signatures += u64::from(bad_signature);
+        }
+    }
+
+    /// A successful delivery of `event` to `destination` for `tenant`, sent at `sent_ms`.
+    pub fn record(&self, destination: &str, event: &str, tenant: &str, sent_ms: Option<i64>) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.deliveries += 1;
+            if seen
+                .unique_events
+                .insert((destination.to_owned(), event.to_owned()))
+            {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            *seen.per_tenant.entry(tenant.to_owned()).or_default() += 1;
+        }
+        let Some(sent) = sent_ms else { return };
+        let us = u64::try_from((crate::machine::unix_ms() - sent).max(0) * 1000).unwrap_or(0);
+        if let Ok(mut hist) = self.latency_us.lock() {
+            let _ = hist.record(us);
+        }
+        if let Ok(mut per) = self.tenant_latency_us.lock() {
+            if !per.contains_key(tenant) {
+                if let Ok(fresh) = Histogram::new_with_bounds(1, 3_600_000_000, 2) {
+                    per.insert(tenant.to_owned(), fresh);
+                }
+            }
+            if let Some(hist) = per.get_mut(tenant) {
+                let _ = hist.record(us);
+            }
+        }
+    }
+
+    /// The count of unique successful deliveries, shared with the progress sampler.
+    pub fn delivered_counter(&self) -> Arc<AtomicU64> {
+        self.delivered.clone()
+    }
+
+    pub fn seen<T>(&self, read: impl FnOnce(&Seen) -> T) -> Option<T> {
+        self.seen.lock().ok().map(|s| read(&s))
+    }
+
+    /// p50, p90, p99, p99.9 and max of end-to-end latency, in ms.
+    pub fn latency_ms(&self) -> Option<[f64; 5]> {
+        let h = self.latency_us.lock().ok()?;
+        if h.is_empty() {
+            return None;
+        }
+        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+        Some([q(0.5), q(0.9), q(0.99), q(0.999), h.max() as f64 / 1000.0])
+    }
+
+    /// The latency distribution: (percentile, ms) from p0 to p99.99, denser in the tail.
+    pub fn latency_curve(&self) -> Vec<(f64, f64)> {
+        let Ok(h) = self.latency_us.lock() else {
+            return Vec::new();
+        };
+        if h.is_empty() {
+            return Vec::new();
+        }
+        let mut points: Vec<f64> = (0..=90).map(f64::from).collect();
+        points.extend((1..=9).map(|i| 90.0 + f64::from(i)));
+        points.extend([99.5, 99.9, 99.95, 99.99]);
+        points
+            .into_iter()
+            .map(|p| (p, h.value_at_quantile(p / 100.0) as f64 / 1000.0))
+            .collect()
+    }
+
+    /// Per tenant: (tenant, deliveries, p50 ms, p99 ms, max ms), most deliveries first.
+    pub fn tenant_latency(&self) -> Vec<(String, u64, f64, f64, f64)> {
+        let Ok(per) = self.tenant_latency_us.lock() else {
+            return Vec::new();
+        };
+        let ms = |v: u64| v as f64 / 1000.0;
+        let mut out: Vec<_> = per
+            .iter()
+            .map(|(t, h)| {
+                (
+                    t.clone(),
+                    h.len(),
+                    ms(h.value_at_quantile(0.5)),
+                    ms(h.value_at_quantile(0.99)),
+                    ms(h.max()),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+}
