@@ -15,7 +15,5 @@ pub mod onboarding;
 pub mod probe;
 pub mod secrets;
 pub mod service;
-pub mod signature;
 pub mod sink;
 pub mod store;
-pub mod webhook;

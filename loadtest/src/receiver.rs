@@ -241,7 +241,8 @@ mod tests {
             assert_eq!(req.send().await.expect("post").status().as_u16(), want);
         }
         assert_eq!(
-            r.tally().seen(|s| (s.deliveries, s.bad_signatures, s.unique_events.len())),
+            r.tally()
+                .seen(|s| (s.deliveries, s.bad_signatures, s.unique_events.len())),
             Some((2, 1, 1))
         );
         let rate = raw_post_rate(&r.url("open"), 4, Duration::from_millis(300), 256)

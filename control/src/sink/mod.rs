@@ -7,8 +7,8 @@
 //! - `credential`: queue credentials, write-only, sealed like signing secrets;
 //! - a folder (or file) per kind with the same parts: endpoint parsing, the message or request
 //!   of one event, the client, and the classification of its failures — `rabbitmq/`, `sqs/`,
-//!   `eventbridge/` (the last two share `aws.rs`); the webhook lives in `crate::webhook` and
-//!   `crate::signature`;
+//!   `eventbridge/` (the last two share `aws.rs`), `webhook/` (its signatures in
+//!   `webhook/signature.rs`);
 //! - [`Sinks`] (this file): opens the subscription's sealed secret or credential in memory for
 //!   one attempt (R-DI-4) and hands the event to its kind's client.
 //!
@@ -20,6 +20,7 @@ pub mod eventbridge;
 pub mod outcome;
 pub mod rabbitmq;
 pub mod sqs;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +30,12 @@ use uuid::Uuid;
 
 use self::credential::Credential;
 use self::outcome::{ErrorClass, Outcome};
+use self::webhook::signature::SigningKey;
+use self::webhook::{Attempt, Keys, WebhookClient};
 use crate::destination::DestinationPolicy;
 use crate::model::{SinkKind, Subscription, DEFAULT_TIMEOUT_MS};
 use crate::secrets::Keyring;
 use crate::service::binding;
-use crate::signature::SigningKey;
-use crate::webhook::{Attempt, Keys, WebhookClient};
 
 /// What every sink sends of one event.
 #[derive(Debug, Clone)]

@@ -8,6 +8,8 @@
 //!   R-SEC-2 again on every address the name resolves to at connect time (DNS rebinding, R-DI-13);
 //! - the outcome: success is a 2xx within the timeout; anything else is classified.
 
+pub mod signature;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +19,8 @@ use uuid::Uuid;
 
 use crate::destination::{refused_because, DestinationPolicy};
 use crate::model::SinkKind;
-use crate::signature::{headers as signature_headers, SigningKey};
+
+use self::signature::{headers as signature_headers, SigningKey};
 
 /// Most response-body bytes read from a destination; the rest is dropped unread.
 pub const MAX_RESPONSE_BODY: usize = 4096;
