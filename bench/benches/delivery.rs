@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hub_control::model::{SinkKind, Subscription, VerificationState};
+use hub_core::model::{SinkKind, Subscription, VerificationState};
 use hub_engine::delivery::fairness::{Due, Scheduler};
 use hub_engine::delivery::matching::{EventFacts, MatchIndex};
 use hub_engine::delivery::signature::{headers, SigningKey};

@@ -5,7 +5,7 @@
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use hub_core::error::ApiError;
 
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::sync::RwLock;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::error::ApiError;
+use hub_core::error::ApiError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

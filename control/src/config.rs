@@ -10,12 +10,12 @@ use anyhow::Context;
 
 use crate::auth::{TokenVerifier, VerifyKey};
 use crate::catalog::Catalog;
-use crate::destination::{DestinationPolicy, SystemResolver};
-use crate::secrets::Keyring;
 use crate::service::{Control, IdemSettings};
 use crate::store::cql::CqlControlStore;
 use crate::store::embedded::EmbeddedControlStore;
 use crate::store::ControlStore;
+use hub_core::destination::{DestinationPolicy, SystemResolver};
+use hub_core::secrets::Keyring;
 
 #[derive(Debug, Clone)]
 pub struct ControlConfig {
@@ -146,9 +146,9 @@ impl ControlConfig {
         let control = Control {
             store,
             keyring: Arc::new(keyring),
-            sinks: crate::sink::Sinks::new(
+            sinks: hub_core::sink::Sinks::new(
                 policy.clone(),
-                crate::sink::aws::AwsSettings {
+                hub_core::sink::aws::AwsSettings {
                     endpoint_url: self.aws_endpoint_url.clone(),
                 },
             )

@@ -13,9 +13,9 @@ use axum::Router;
 use serde::Deserialize;
 
 use crate::auth::{Principal, TokenVerifier};
-use crate::error::ApiError;
 use crate::probe::ProbeKind;
 use crate::service::{Control, Mutation, Reply};
+use hub_core::error::ApiError;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;

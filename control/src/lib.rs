@@ -6,14 +6,8 @@
 pub mod auth;
 pub mod catalog;
 pub mod config;
-pub mod cql;
-pub mod destination;
-pub mod error;
 pub mod http;
-pub mod model;
 pub mod onboarding;
 pub mod probe;
-pub mod secrets;
 pub mod service;
-pub mod sink;
 pub mod store;

@@ -8,13 +8,14 @@
 use serde_json::json;
 
 use crate::auth::{Permission, Principal};
-use crate::error::ApiError;
-use crate::model::{parse_object, Subscription, VerificationState};
 use crate::probe::{after_probe, ProbeKind};
-use crate::service::{binding, Control, Reply};
-use crate::sink::credential::Credential;
-use crate::sink::outcome::Outcome;
-use crate::sink::Material;
+use crate::service::{Control, Reply};
+use hub_core::error::ApiError;
+use hub_core::model::binding;
+use hub_core::model::{parse_object, Subscription, VerificationState};
+use hub_core::sink::credential::Credential;
+use hub_core::sink::outcome::Outcome;
+use hub_core::sink::Material;
 
 impl Control {
     /// `PUT /v1/subscriptions/:id/credential`.

@@ -10,12 +10,12 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::auth::{Permission, Principal};
-use crate::error::ApiError;
-use crate::model::{SinkKind, Subscription, VerificationState};
 use crate::service::{store_error, Control, Reply};
-use crate::sink::outcome::Outcome;
-use crate::sink::{EventOut, Material};
 use crate::store::ControlStoreError;
+use hub_core::error::ApiError;
+use hub_core::model::{SinkKind, Subscription, VerificationState};
+use hub_core::sink::outcome::Outcome;
+use hub_core::sink::{EventOut, Material};
 
 /// The hub's own operational events (R-CP-5): CloudEvents with source `hub` for the
 /// subscription's tenant, through the same pipeline as producers' events, so a tenant subscribes
@@ -82,7 +82,7 @@ impl Control {
         }
         let now = (self.now_ms)();
         let event_id = Uuid::now_v7();
-        let time = crate::model::rfc3339(now);
+        let time = hub_core::model::rfc3339(now);
         let body = json!({
             "specversion": "1.0",
             "id": event_id,
@@ -270,7 +270,7 @@ mod tests {
     fn outcome(success: bool) -> Outcome {
         Outcome {
             success,
-            error_class: (!success).then_some(crate::sink::outcome::ErrorClass::HttpStatus),
+            error_class: (!success).then_some(hub_core::sink::outcome::ErrorClass::HttpStatus),
             status_code: Some(if success { 200 } else { 500 }),
             detail: String::new(),
             duration_ms: 1,

@@ -12,11 +12,13 @@ use uuid::Uuid;
 
 use crate::auth::{Permission, Principal};
 use crate::catalog::Catalog;
-use crate::destination::{check_endpoint, DestinationPolicy, Resolver};
-use crate::error::ApiError;
-use crate::model::{parse_object, validate_create, validate_edit, Subscription, VerificationState};
-use crate::secrets::Keyring;
 use crate::store::{ControlStore, ControlStoreError, IdemBegin, IdemTimes, StoredResponse};
+use hub_core::destination::{check_endpoint, DestinationPolicy, Resolver};
+use hub_core::error::ApiError;
+use hub_core::model::{
+    binding, parse_object, validate_create, validate_edit, Subscription, VerificationState,
+};
+use hub_core::secrets::Keyring;
 
 /// A response as the transport sends it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +126,7 @@ pub struct Control {
     pub catalog: Arc<Catalog>,
     /// The webhook client probes use; the engine's delivery workers use the same one.
     /// Every push kind's client (probes use them as deliveries do).
-    pub sinks: crate::sink::Sinks,
+    pub sinks: hub_core::sink::Sinks,
     /// Where the hub's own operational events go (`hub.destination.verified`, …): set by the
     /// engine that runs this control plane in-process; unset, they are not emitted.
     pub events: std::sync::OnceLock<Arc<dyn crate::probe::HubEvents>>,
@@ -364,7 +366,7 @@ impl Control {
                 marks: Default::default(),
             };
             let mut secret = None;
-            if sub.sink_kind == crate::model::SinkKind::Webhook {
+            if sub.sink_kind == hub_core::model::SinkKind::Webhook {
                 let sealed = self.keyring.new_signing_secret().and_then(|s| {
                     let sealed = self.keyring.seal(s.0.as_bytes(), &binding(&sub))?;
                     Ok((s, sealed))
@@ -594,11 +596,6 @@ impl Control {
         self.sync_catalog().await;
         Reply::json(200, &self.catalog.list())
     }
-}
-
-/// What a subscription's sealed secret is bound to.
-pub fn binding(sub: &Subscription) -> String {
-    format!("{}/{}", sub.tenant, sub.id)
 }
 
 #[cfg(test)]

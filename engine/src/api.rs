@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use hub_control::auth::TokenVerifier;
-use hub_control::error::ApiError;
+use hub_core::error::ApiError;
 
 use crate::ingest::http::{ingest, HttpIngest};
 use crate::store::{

@@ -16,9 +16,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use hub_control::auth::{Permission, Principal, TokenVerifier};
-use hub_control::error::ApiError;
-use hub_control::model::{rfc3339, Subscription, VerificationState};
 use hub_control::store::ControlStore;
+use hub_core::error::ApiError;
+use hub_core::model::{rfc3339, Subscription, VerificationState};
 
 use crate::delivery::autodisable::Policy;
 use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, Store};

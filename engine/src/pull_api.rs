@@ -14,8 +14,8 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use hub_control::auth::Permission;
-use hub_control::error::ApiError;
-use hub_control::model::{SinkKind, Subscription};
+use hub_core::error::ApiError;
+use hub_core::model::{SinkKind, Subscription};
 
 use crate::delivery::pull::{read_page, PullPage};
 use crate::delivery_api::DeliveryApi;
@@ -131,7 +131,7 @@ pub fn item_view(stored: &StoredEvent) -> Value {
     if let Some(s) = &ev.subject {
         v["subject"] = s.clone().into();
     }
-    let (field, data) = hub_control::sink::data_field(&content_type, &ev.payload);
+    let (field, data) = hub_core::sink::data_field(&content_type, &ev.payload);
     v[field] = data;
     v
 }

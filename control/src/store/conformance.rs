@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::*;
-use crate::model::{SinkKind, VerificationState};
+use hub_core::model::{SinkKind, VerificationState};
 
 pub fn subscription(tenant: &str, name: &str) -> Subscription {
     Subscription {

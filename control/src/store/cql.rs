@@ -12,7 +12,7 @@ use scylla::value::CqlValue;
 use uuid::Uuid;
 
 use super::*;
-use crate::cql::LwtAnswer;
+use hub_core::cql::LwtAnswer;
 
 const SCHEMA: &str = include_str!("../../../schema/cql/control.cql");
 const SUB: i8 = 0;
@@ -98,7 +98,7 @@ impl CqlControlStore {
         replication: &str,
         idem_retention_s: u32,
     ) -> Result<Self, ControlStoreError> {
-        let session = crate::cql::open(nodes, keyspace, replication, SCHEMA)
+        let session = hub_core::cql::open(nodes, keyspace, replication, SCHEMA)
             .await
             .map_err(ControlStoreError::Unavailable)?;
         let s = &session;
@@ -137,7 +137,7 @@ impl CqlControlStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
-        crate::cql::first_row(&self.session, stmt, values)
+        hub_core::cql::first_row(&self.session, stmt, values)
             .await
             .map_err(ControlStoreError::Unavailable)
     }

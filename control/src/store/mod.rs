@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::model::Subscription;
+use hub_core::model::Subscription;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlStoreError {

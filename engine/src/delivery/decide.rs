@@ -2,8 +2,8 @@
 //! start now (subscription state, breaker), and what follows an attempt (done, retry, dead
 //! letter). Time and randomness come in as arguments.
 
-use hub_control::model::{Subscription, VerificationState};
-use hub_control::sink::outcome::Outcome;
+use hub_core::model::{Subscription, VerificationState};
+use hub_core::sink::outcome::Outcome;
 use rand::Rng;
 
 use super::breaker::{Admit, Breaker};
@@ -132,7 +132,7 @@ mod tests {
     fn failed() -> Outcome {
         Outcome {
             success: false,
-            error_class: Some(hub_control::sink::outcome::ErrorClass::HttpStatus),
+            error_class: Some(hub_core::sink::outcome::ErrorClass::HttpStatus),
             status_code: Some(500),
             detail: String::new(),
             duration_ms: 3,
@@ -216,7 +216,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let curve = curve_of(&active());
         let missing = Outcome::refused(
-            hub_control::sink::outcome::ErrorClass::DestinationMissing,
+            hub_core::sink::outcome::ErrorClass::DestinationMissing,
             "no such queue",
         );
         match after_attempt(&job(0, 0), &curve, &missing, 0, 10, &mut rng) {

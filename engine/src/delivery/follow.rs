@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use hub_control::model::Subscription;
 use hub_control::store::{ControlStore, ControlStoreError};
+use hub_core::model::Subscription;
 use uuid::Uuid;
 
 use super::matching::MatchIndex;
@@ -108,9 +108,9 @@ pub async fn follow(
 mod tests {
     use super::*;
     use crate::delivery::matching::EventFacts;
-    use hub_control::model::VerificationState;
     use hub_control::store::conformance::subscription;
     use hub_control::store::embedded::EmbeddedControlStore;
+    use hub_core::model::VerificationState;
 
     fn active(tenant: &str, name: &str) -> Subscription {
         let mut s = subscription(tenant, name);

@@ -87,7 +87,7 @@ impl HubEvents for PipelineEvents {
             key: key.to_owned(),
             schema_version: "1.0.0".into(),
             schema_major: 1,
-            time: hub_control::model::rfc3339(now),
+            time: hub_core::model::rfc3339(now),
             subject: Some(subscription.to_string()),
             data_content_type: Some("application/json".into()),
             data_schema: None,

@@ -15,11 +15,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
-use hub_control::model::Subscription;
-use hub_control::secrets::Keyring;
 use hub_control::service::Control;
-use hub_control::sink::outcome::{ErrorClass, Outcome};
-use hub_control::sink::{EventOut, Sinks};
+use hub_core::model::Subscription;
+use hub_core::secrets::Keyring;
+use hub_core::sink::outcome::{ErrorClass, Outcome};
+use hub_core::sink::{EventOut, Sinks};
 use rand::SeedableRng;
 
 use super::autodisable::{Policy, Streak};
@@ -591,7 +591,7 @@ impl DeliveryLane {
                                 "name": next.name,
                                 "endpoint": next.endpoint,
                                 "reason": verdict.reason,
-                                "disabled_at": hub_control::model::rfc3339(verdict.at_ms),
+                                "disabled_at": hub_core::model::rfc3339(verdict.at_ms),
                             });
                             events.emit(&tenant, "destination.disabled", id, detail);
                         }

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hub_control::model::{SinkKind, Subscription, VerificationState};
+use hub_core::model::{SinkKind, Subscription, VerificationState};
 use uuid::Uuid;
 
 /// What matching needs to know of an event.

@@ -26,4 +26,4 @@ pub mod matching;
 pub mod pull;
 pub mod retry;
 pub mod start;
-pub use hub_control::sink::webhook::signature;
+pub use hub_core::sink::webhook::signature;

@@ -14,7 +14,7 @@
 //! No skip: the store never shows `seq = n` before every `seq < n` (R-IN-8), and the cursor only
 //! moves past events this read has seen.
 
-use hub_control::model::Subscription;
+use hub_core::model::Subscription;
 
 use super::matching::{wants, EventFacts};
 use crate::store::{Store, StoreError, StoredEvent};
@@ -135,7 +135,7 @@ pub fn keep_from(
 mod tests {
     use super::*;
     use crate::store::conformance::event;
-    use hub_control::model::SinkKind;
+    use hub_core::model::SinkKind;
 
     fn stored(seq: u64, key: &str, received: i64) -> StoredEvent {
         let mut ev = event("t", key);

@@ -1,9 +1,9 @@
-//! Lightweight-transaction answers, read with the shared `hub_control::cql::LwtAnswer` and
+//! Lightweight-transaction answers, read with the shared `hub_core::cql::LwtAnswer` and
 //! turned into this store's errors.
 
 use scylla::response::query_result::QueryResult;
 
-pub use hub_control::cql::LwtAnswer;
+pub use hub_core::cql::LwtAnswer;
 
 use crate::store::StoreError;
 

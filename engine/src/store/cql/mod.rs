@@ -177,7 +177,7 @@ impl CqlStore {
 impl CqlStore {
     /// Connects, creates the keyspace and tables if missing, prepares every statement.
     pub async fn connect(settings: CqlSettings) -> Result<Self, StoreError> {
-        let session = hub_control::cql::open(
+        let session = hub_core::cql::open(
             &settings.nodes,
             &settings.keyspace,
             &settings.replication,
@@ -215,7 +215,7 @@ impl CqlStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
-        hub_control::cql::first_row(&self.session, stmt, values)
+        hub_core::cql::first_row(&self.session, stmt, values)
             .await
             .map_err(StoreError::Unavailable)
     }

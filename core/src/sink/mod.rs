@@ -33,9 +33,8 @@ use self::outcome::{ErrorClass, Outcome};
 use self::webhook::signature::SigningKey;
 use self::webhook::{Attempt, Keys, WebhookClient};
 use crate::destination::DestinationPolicy;
-use crate::model::{SinkKind, Subscription, DEFAULT_TIMEOUT_MS};
+use crate::model::{binding, SinkKind, Subscription, DEFAULT_TIMEOUT_MS};
 use crate::secrets::Keyring;
-use crate::service::binding;
 
 /// What every sink sends of one event.
 #[derive(Debug, Clone)]

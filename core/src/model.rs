@@ -99,6 +99,12 @@ pub struct Marks {
 }
 
 pub const DEFAULT_TIMEOUT_MS: u32 = 10_000;
+
+/// What a subscription's sealed secret or credential is bound to (the AEAD's associated data):
+/// a sealed value copied to another subscription does not open.
+pub fn binding(sub: &Subscription) -> String {
+    format!("{}/{}", sub.tenant, sub.id)
+}
 const MAX_NAME: usize = 200;
 const MAX_EVENT_TYPES: usize = 256;
 

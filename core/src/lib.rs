@@ -1,0 +1,11 @@
+//! Streaming Hub core: what the engine and the control plane both need, beneath both — the
+//! subscription model (`model`), the error vocabulary (`error`), sealed secrets (`secrets`), the
+//! destination rules (`destination`, R-SEC-2 / R-SK-2), every sink (`sink`: webhook, RabbitMQ,
+//! SQS, EventBridge; shared by deliveries and probes) and the CQL plumbing (`cql`).
+
+pub mod cql;
+pub mod destination;
+pub mod error;
+pub mod model;
+pub mod secrets;
+pub mod sink;
