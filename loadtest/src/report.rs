@@ -56,6 +56,8 @@ pub struct HubFigures {
     pub drain_after_production_seconds: Option<f64>,
     pub rss_kib_end: u64,
     pub rss_kib_peak: u64,
+    /// CPU the measured hub process used over the whole run (user + system), in seconds.
+    pub cpu_seconds: Option<f64>,
     pub counters: BTreeMap<String, u64>,
     pub store_phases: Vec<PhaseShare>,
 }
@@ -266,6 +268,13 @@ impl Report {
         );
         let _ = writeln!(md, "{}\n", s.description);
         let _ = writeln!(md, "- Command: `{}`", self.command);
+        if let Some(sink) = self.sink {
+            let _ = writeln!(
+                md,
+                "- Sink: `{}` (one subscription per tenant and destination of the scenario)",
+                sink.label()
+            );
+        }
         let _ = writeln!(md, "- Commit: `{}`", self.commit);
         let _ = writeln!(
             md,
@@ -335,6 +344,17 @@ impl Report {
             self.hub.rss_kib_end as f64 / 1024.0,
             self.hub.rss_kib_peak as f64 / 1024.0
         );
+        if let Some(cpu) = self.hub.cpu_seconds {
+            let (per, what) = match &self.delivery {
+                Some(d) => (d.unique_delivered, "delivered event (ingest included)"),
+                None => (self.produced.total, "record"),
+            };
+            let _ = writeln!(
+                md,
+                "| hub CPU (user + system, whole run) | {cpu:.1} s · **{:.0} µs per {what}** |",
+                cpu * 1e6 / per.max(1) as f64
+            );
+        }
         if let Some(d) = &self.delivery {
             let _ = writeln!(
                 md,

@@ -595,6 +595,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
 
     let counters = hub.metrics().await?;
     let (rss_end, rss_peak) = hub::rss_kib(hub.pid()).unwrap_or((0, 0));
+    let cpu_seconds = hub::cpu_seconds(hub.pid());
     hub.stop()?;
     let delivery = match (&destinations, &subscribed) {
         (Some(d), Some(sub)) => {
@@ -676,6 +677,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             drain_after_production_seconds: drain_after,
             rss_kib_end: rss_end,
             rss_kib_peak: rss_peak,
+            cpu_seconds,
             store_phases: phases(&counters),
             counters,
         },

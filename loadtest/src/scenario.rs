@@ -128,6 +128,10 @@ const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../scenarios/pending-million.toml"),
     ),
     ("hot-tenant", include_str!("../scenarios/hot-tenant.toml")),
+    (
+        "pull-one-reader",
+        include_str!("../scenarios/pull-one-reader.toml"),
+    ),
 ];
 
 impl Scenario {
