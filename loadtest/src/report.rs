@@ -83,6 +83,9 @@ pub struct DeliveryFigures {
     pub limit: String,
     /// The physical limit, per second (the field keeps its first name for older reports).
     pub raw_post_rate: f64,
+    /// Pull only: one reader re-reading the whole log with `after` and `limit=1000` once the
+    /// run is delivered, events per second.
+    pub reread_rate: Option<f64>,
     /// Jobs still pending in the hub at the end (retries of failing destinations).
     pub pending_jobs_end: u64,
     /// (percentile, ms) of end-to-end latency.
@@ -377,6 +380,13 @@ impl Report {
                 "| deliveries ÷ physical limit | {:.2} |",
                 d.rate / d.raw_post_rate.max(1e-9)
             );
+            if let Some(r) = d.reread_rate {
+                let _ = writeln!(
+                    md,
+                    "| one reader re-reading the filled log (`after`, `limit=1000`) | {r:.0} events/s ({:.2} of the raw scan) |",
+                    r / d.raw_post_rate.max(1e-9)
+                );
+            }
             if let Some([p50, p90, p99, p999, max]) = d.latency_ms {
                 let _ = writeln!(
                     md,

@@ -203,6 +203,7 @@ fn delivery_figures(
         latency_ms: t.latency_ms(),
         limit,
         raw_post_rate: limit_rate,
+        reread_rate: None,
         pending_jobs_end: counters
             .get("streaming_hub_delivery_pending_jobs")
             .copied()
@@ -596,6 +597,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let counters = hub.metrics().await?;
     let (rss_end, rss_peak) = hub::rss_kib(hub.pid()).unwrap_or((0, 0));
     let cpu_seconds = hub::cpu_seconds(hub.pid());
+    let reread_rate = match &destinations {
+        Some(Destinations::Other(c)) => c.reread_rate().await?,
+        _ => None,
+    };
     hub.stop()?;
     let delivery = match (&destinations, &subscribed) {
         (Some(d), Some(sub)) => {
@@ -607,14 +612,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 &tenants,
             )
             .await?;
-            Some(delivery_figures(
-                d.tally(),
-                sub,
-                &produced,
-                &samples,
-                &counters,
-                limit,
-            ))
+            Some(DeliveryFigures {
+                reread_rate,
+                ..delivery_figures(d.tally(), sub, &produced, &samples, &counters, limit)
+            })
         }
         _ => None,
     };

@@ -74,6 +74,8 @@ pub struct Consumers {
     stop: Arc<AtomicBool>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     queues: Mutex<Vec<String>>,
+    /// Pull subscriptions read: (events URL, token).
+    pulls: Mutex<Vec<(String, String)>>,
 }
 
 fn sqs() -> aws_sdk_sqs::Client {
@@ -96,6 +98,7 @@ impl Consumers {
             stop: Arc::default(),
             tasks: Mutex::default(),
             queues: Mutex::default(),
+            pulls: Mutex::default(),
         })
     }
 
@@ -259,7 +262,11 @@ impl Consumers {
                 });
             }
             SinkChoice::Pull => {
-                let url = format!("{hub_url}/v1/subscriptions/{id}/events?limit=1000");
+                let events = format!("{hub_url}/v1/subscriptions/{id}/events");
+                if let Ok(mut p) = self.pulls.lock() {
+                    p.push((events.clone(), token.to_owned()));
+                }
+                let url = format!("{events}?limit=1000");
                 let (token, tenant) = (token.to_owned(), tenant.to_owned());
                 self.spawn(async move {
                     let client = reqwest::Client::new();
@@ -330,6 +337,38 @@ impl Consumers {
             }
             _ => {}
         }
+    }
+}
+
+impl Consumers {
+    /// One reader re-reading the first pull subscription's whole log with `after` and
+    /// `limit=1000` once the run is delivered: events per second (`None` for other sinks).
+    pub async fn reread_rate(&self) -> anyhow::Result<Option<f64>> {
+        let Some((events, token)) = self.pulls.lock().ok().and_then(|p| p.first().cloned()) else {
+            return Ok(None);
+        };
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        let (mut after, mut read) = (0u64, 0u64);
+        loop {
+            let page: Value = client
+                .get(format!("{events}?after={after}&limit=1000"))
+                .bearer_auth(&token)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let n = page["items"].as_array().map_or(0, Vec::len) as u64;
+            let next = page["next_after"].as_u64().unwrap_or(after);
+            read += n;
+            if n == 0 || next == after {
+                break;
+            }
+            after = next;
+        }
+        Ok(Some(
+            read as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        ))
     }
 }
 
