@@ -191,4 +191,44 @@ mod tests {
         assert_eq!(seqs, vec![3]);
         assert_eq!(page.next_after, 3);
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_di_11_pull_reads_in_seq_order_and_position_reads_never_overlap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::embedded::EmbeddedStore::open(&dir.path().join("hub.redb"))
+            .expect("store");
+        let batch = crate::store::IngestBatch {
+            events: (0..25).map(|_| event("t", "a.b")).collect(),
+            ..Default::default()
+        };
+        store
+            .write_batch(
+                &crate::store::UnitId::new("http:lender", 0),
+                crate::store::Fence::UNFENCED,
+                std::sync::Arc::new(batch),
+            )
+            .await
+            .expect("written");
+        let sub = pull_sub(&[]);
+        let mut seen = Vec::new();
+        loop {
+            let page = read_page(&store, &sub, None, 7).await.expect("page");
+            if page.items.is_empty() {
+                break;
+            }
+            seen.extend(page.items.iter().map(|e| e.seq));
+        }
+        assert_eq!(
+            seen,
+            (1..=25).collect::<Vec<u64>>(),
+            "every event once, in seq order"
+        );
+        let again = read_page(&store, &sub, Some(20), 100).await.expect("after");
+        let tail: Vec<u64> = again.items.iter().map(|e| e.seq).collect();
+        assert_eq!(
+            tail,
+            vec![21, 22, 23, 24, 25],
+            "`after` reads without the position"
+        );
+    }
 }

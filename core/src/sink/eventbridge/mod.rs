@@ -85,3 +85,40 @@ impl EventBridgeSink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use uuid::Uuid;
+
+    #[tokio::test]
+    async fn r_di_8_an_entry_too_large_for_eventbridge_is_refused_before_sending_as_permanent() {
+        let sink = EventBridgeSink::new(Arc::new(AwsSettings::default()));
+        let ev = EventOut {
+            id: Uuid::nil(),
+            key: "a.b",
+            source: "lender",
+            tenant: "t",
+            schema_version: "1.0.0",
+            time: "2026-11-29T20:17:42Z",
+            subject: None,
+            content_type: Some("application/octet-stream"),
+            body: Bytes::from(vec![7u8; MAX_ENTRY_BYTES]),
+        };
+        let keys = Keys {
+            access_key_id: "a",
+            secret_access_key: "b",
+            session_token: None,
+        };
+        let outcome = sink
+            .send(
+                "arn:aws:events:us-east-1:123456789012:event-bus/b",
+                keys,
+                &ev,
+            )
+            .await;
+        assert_eq!(outcome.error_class, Some(ErrorClass::PayloadTooLarge));
+        assert!(outcome.is_permanent());
+    }
+}
