@@ -485,20 +485,22 @@ impl Control {
                 if current.verification_state == VerificationState::Active
                     && current.endpoint.as_ref() != Some(endpoint)
                 {
-                    // An active subscription moves only after the new destination answers a probe
-                    // made with the stored secret; probes arrive with delivery (issue 6).
-                    return Outcome::Refused(ApiError {
-                        extra: Some(json!({"error_class": "probe_unavailable"})),
-                        ..ApiError::new(
-                            422,
-                            "destination_probe_failed",
-                            "the new destination could not be probed",
-                        )
-                    });
+                    // An active subscription moves only after the new destination answers a
+                    // probe made with the stored secret or credential; nothing changes else.
+                    let mut target = current.clone();
+                    target.endpoint = Some(endpoint.clone());
+                    let outcome = self.probe_destination(&target, None).await;
+                    if !outcome.success {
+                        return Outcome::Refused(crate::onboarding::probe_failed(&outcome));
+                    }
                 }
             }
             let mut next = current.clone();
             edit.apply(&mut next);
+            if next.endpoint != current.endpoint {
+                // A move leaves the old destination's failures behind (R-CP-2).
+                next.last_failure_at_ms = None;
+            }
             self.sync_catalog().await;
             let types = edit.event_types.as_ref().unwrap_or(&next.event_types);
             if let Err(e) = self.catalog.check(

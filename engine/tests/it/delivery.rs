@@ -118,9 +118,23 @@ pub(crate) struct Tenant {
 
 impl Tenant {
     pub(crate) fn new(engine: &Engine, dir: &std::path::Path, tenant: &str) -> Tenant {
+        Self::with_permissions(
+            engine,
+            dir,
+            tenant,
+            &["subscriptions:get", "subscriptions:post"],
+        )
+    }
+
+    pub(crate) fn with_permissions(
+        engine: &Engine,
+        dir: &std::path::Path,
+        tenant: &str,
+        permissions: &[&str],
+    ) -> Tenant {
         Tenant {
             http: engine.http.clone(),
-            token: token(dir, tenant, &["subscriptions:get", "subscriptions:post"]),
+            token: token(dir, tenant, permissions),
             client: reqwest::Client::new(),
         }
     }
@@ -130,6 +144,7 @@ impl Tenant {
         let mut req = match method {
             "GET" => self.client.get(url),
             "PUT" => self.client.put(url),
+            "PATCH" => self.client.patch(url),
             _ => self.client.post(url),
         }
         .bearer_auth(&self.token);

@@ -5,6 +5,7 @@ mod aws;
 mod catalog;
 mod delivery;
 mod delivery_load;
+mod edit;
 mod ingest_kafka;
 mod pull;
 mod rabbitmq;

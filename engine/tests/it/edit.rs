@@ -1,0 +1,87 @@
+//! Moving an active subscription's endpoint (R-CP-10, R-CP-2): only after the new destination
+//! answers a probe made with the stored secret; a failed probe answers 422
+//! `destination_probe_failed` with its classification and changes nothing.
+
+use std::time::Duration;
+
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::delivery::{event_headers, eventually, Setup, Tenant};
+use crate::support::free_port;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cp_10_an_active_webhook_moves_only_after_its_new_endpoint_answers_a_probe() {
+    let Setup {
+        env: _env, // first: dropped last, after the engine
+        dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("move").await;
+    let (id, secret) = api
+        .active_webhook("m", &receiver.url("/old"), json!({}))
+        .await;
+    let path = format!("/v1/subscriptions/{id}");
+    let api = Tenant::with_permissions(
+        &engine,
+        dir.path(),
+        &tenant,
+        &[
+            "subscriptions:get",
+            "subscriptions:post",
+            "subscriptions:patch",
+        ],
+    );
+
+    let nowhere = format!("http://127.0.0.1:{}/hook", free_port());
+    let (status, body) = api
+        .call(
+            "PATCH",
+            &path,
+            Some(json!({"schema_major": 1, "endpoint": nowhere})),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["code"], "destination_probe_failed");
+    assert_eq!(body["error_class"], "connection_failed", "{body}");
+    let (_, read) = api.call("GET", &path, None).await;
+    assert_eq!(read["endpoint"], receiver.url("/old"), "nothing changed");
+
+    let (status, moved) = api
+        .call(
+            "PATCH",
+            &path,
+            Some(json!({"schema_major": 1, "endpoint": receiver.url("/new")})),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(moved["endpoint"], receiver.url("/new"));
+    assert_eq!(moved["verification_state"], "active");
+    let probe = receiver
+        .received()
+        .into_iter()
+        .find(|r| r.path == "/new")
+        .expect("the new endpoint was probed");
+    assert!(probe.verifies_with(&secret), "with the stored secret");
+
+    // The engine follows the revision log every 250 ms.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let event = Uuid::now_v7();
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/ingest/lender", engine.http))
+        .body("{}");
+    for (k, v) in event_headers(&tenant, event) {
+        post = post.header(k, v);
+    }
+    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
+    assert!(
+        eventually(Duration::from_secs(10), || receiver.received().iter().any(
+            |r| r.path == "/new" && r.header("x-lerian-event-id") == event.to_string()
+        ))
+        .await,
+        "deliveries go to the new endpoint"
+    );
+    engine.stop();
+}
