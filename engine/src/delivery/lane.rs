@@ -149,6 +149,7 @@ impl DeliveryLane {
             held_per_destination: HashMap::new(),
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
+            marks: super::marks::Marks::default(),
         };
         let mut attempts: FuturesUnordered<
             std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
@@ -525,6 +526,9 @@ impl DeliveryLane {
         {
             b.record(now, outcome.success);
         }
+        if lane.marks.due(&f.sub, outcome.success, now) {
+            self.mark(f.job.tenant.clone(), f.sub.id, outcome.success, now);
+        }
         let settled = after_attempt(
             &f.job,
             &curve_of(&f.sub),
@@ -543,6 +547,31 @@ impl DeliveryLane {
             _ => c.failed_attempts.fetch_add(1, Ordering::Relaxed),
         };
         lane.settle.push(Settlement { job: id, settled });
+    }
+
+    /// Writes an attempt's outcome to the subscription's timestamps (R-CP-2); fire and forget
+    /// (a lost race is marked by a later attempt).
+    fn mark(&self, tenant: String, id: uuid::Uuid, success: bool, now: i64) {
+        let control = self.control.clone();
+        self.bridge.spawn(async move {
+            for _ in 0..3 {
+                let Ok(Some(current)) = control.store.get(&tenant, id).await else {
+                    return;
+                };
+                if current.deleted {
+                    return;
+                }
+                let next = super::marks::marked(&current, success, now);
+                match control.store.replace(&next, current.revision).await {
+                    Ok(()) => return,
+                    Err(hub_control::store::ControlStoreError::Conflict) => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "delivery timestamps not recorded");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// Auto-disable (R-DI-10): a streak that passes both gates stops the subscription, unless
@@ -624,6 +653,8 @@ struct LaneState {
     held_per_destination: HashMap<String, usize>,
     rotation: u64,
     rng: rand::rngs::StdRng,
+    /// What this lane last wrote of delivery timestamps (R-CP-2).
+    marks: super::marks::Marks,
 }
 
 impl LaneState {

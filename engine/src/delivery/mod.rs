@@ -10,6 +10,8 @@
 //!   and 24-hour last-attempt rules (R-DI-6, R-DI-7).
 //! - `breaker`: the circuit breaker per (tenant, destination) with its last-attempt exception
 //!   (R-DI-9).
+//! - `marks`: when an attempt's outcome is written to the subscription's `last_success_at` /
+//!   `last_failure_at` (R-CP-2).
 //! - `autodisable`: the failure streak and its two-gate verdict (R-DI-10).
 //! - `pull`: a pull subscription's page of the tenant log, from `after` or from its shared
 //!   read position (R-CP-14, R-DI-11).
@@ -22,6 +24,7 @@ pub mod fairness;
 pub mod follow;
 pub mod hub_events;
 pub mod lane;
+pub mod marks;
 pub mod matching;
 pub mod pull;
 pub mod retry;

@@ -530,6 +530,23 @@ async fn r_di_6_a_rabbitmq_outage_is_retried_and_delivered_when_the_broker_retur
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(saw_failures, "attempts fail while the broker is away");
+    let read = || async {
+        api.call("GET", &format!("/v1/subscriptions/{id}"), None)
+            .await
+            .1
+    };
+    let mut failing = Value::Null;
+    for _ in 0..50 {
+        failing = read().await;
+        if failing.get("last_failure_at").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        failing.get("last_failure_at").is_some(),
+        "R-CP-2: a failing destination shows last_failure_at: {failing}"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     relay.down.store(false, Ordering::Release);
     let got = consume(ch, &queue, sent.len(), Duration::from_secs(60)).await;
@@ -540,6 +557,18 @@ async fn r_di_6_a_rabbitmq_outage_is_retried_and_delivered_when_the_broker_retur
     assert_eq!(ids, sent, "every event arrives once the broker is back");
     let h = health().await;
     assert_eq!(h["dead_letters"], 0, "nothing dead-lettered: {h}");
+    let mut recovered = Value::Null;
+    for _ in 0..50 {
+        recovered = read().await;
+        if recovered.get("last_failure_at").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        recovered.get("last_failure_at").is_none() && recovered.get("last_success_at").is_some(),
+        "R-CP-2: a success clears last_failure_at and sets last_success_at: {recovered}"
+    );
     broker.close().await;
     engine.stop();
 }
