@@ -159,6 +159,7 @@ impl ControlConfig {
             }),
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
             events: std::sync::OnceLock::new(),
+            local_index: std::sync::OnceLock::new(),
             idem,
             now_ms,
         };

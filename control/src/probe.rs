@@ -134,7 +134,7 @@ impl Control {
     ) -> Result<Subscription, ApiError> {
         for _ in 0..5 {
             let next = change(&current)?;
-            match self.store.replace(&next, current.revision).await {
+            match self.write(&next, current.revision).await {
                 Ok(()) => return Ok(next),
                 Err(ControlStoreError::Conflict) => {
                     current = match self.store.get(&current.tenant, current.id).await {
@@ -204,7 +204,7 @@ impl Control {
         let outcome = self.probe_destination(&current, None).await;
         let next = after_auto_probe(&current, &outcome, (self.now_ms)());
         // A concurrent change wins; the next round probes again if still due.
-        if self.store.replace(&next, current.revision).await.is_ok()
+        if self.write(&next, current.revision).await.is_ok()
             && next.verification_state == VerificationState::Active
         {
             self.announce_verified(&next);

@@ -124,15 +124,52 @@ pub struct Control {
     pub policy: Arc<DestinationPolicy>,
     pub resolver: Arc<dyn Resolver>,
     pub catalog: Arc<Catalog>,
-    /// The webhook client probes use; the engine's delivery workers use the same one.
     /// Every push kind's client (probes use them as deliveries do).
     pub sinks: hub_core::sink::Sinks,
     /// Where the hub's own operational events go (`hub.destination.verified`, …): set by the
     /// engine that runs this control plane in-process; unset, they are not emitted.
     pub events: std::sync::OnceLock<Arc<dyn crate::probe::HubEvents>>,
+    /// The engine running in this process, if any (the standalone hub): a write answers only
+    /// once its index has the change, so an event posted right after a create, ping or resume
+    /// is matched. Across processes engines catch up within a second (R-MA-3).
+    pub local_index: std::sync::OnceLock<Arc<dyn LocalIndex>>,
     pub idem: IdemSettings,
     /// The clock (Unix ms), injected so tests control time.
     pub now_ms: fn() -> i64,
+}
+
+/// An engine's subscription index in the same process as this control plane.
+#[async_trait::async_trait]
+pub trait LocalIndex: Send + Sync + std::fmt::Debug {
+    /// Returns once every change written so far is in the index (or catching up failed).
+    async fn caught_up(&self);
+}
+
+impl Control {
+    /// Creates `sub`, then waits for the local index.
+    pub(crate) async fn write_new(&self, sub: &Subscription) -> Result<(), ControlStoreError> {
+        self.store.create(sub).await?;
+        self.local_caught_up().await;
+        Ok(())
+    }
+
+    /// Replaces the subscription at revision `expected` with `next`, then waits for the local
+    /// index.
+    pub(crate) async fn write(
+        &self,
+        next: &Subscription,
+        expected: u64,
+    ) -> Result<(), ControlStoreError> {
+        self.store.replace(next, expected).await?;
+        self.local_caught_up().await;
+        Ok(())
+    }
+
+    async fn local_caught_up(&self) {
+        if let Some(index) = self.local_index.get() {
+            index.caught_up().await;
+        }
+    }
 }
 
 /// What an idempotent request is, for its fingerprint.
@@ -379,7 +416,7 @@ impl Control {
                     Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
                 }
             }
-            if let Err(e) = self.store.create(&sub).await {
+            if let Err(e) = self.write_new(&sub).await {
                 return write_outcome(e);
             }
             let mut view = sub.view();
@@ -513,7 +550,7 @@ impl Control {
             }
             next.revision = current.revision + 1;
             next.updated_at_ms = (self.now_ms)();
-            match self.store.replace(&next, current.revision).await {
+            match self.write(&next, current.revision).await {
                 Ok(()) => Outcome::Written(Reply::json(200, &next.view()).with_etag(&next)),
                 Err(e) => write_outcome(e),
             }
@@ -536,7 +573,7 @@ impl Control {
             next.enabled = false;
             next.revision += 1;
             next.updated_at_ms = (self.now_ms)();
-            match self.store.replace(&next, current.revision).await {
+            match self.write(&next, current.revision).await {
                 Ok(()) => Outcome::Written(Reply::empty(204)),
                 Err(e) => write_outcome(e),
             }
@@ -576,7 +613,7 @@ impl Control {
             }
             next.revision += 1;
             next.updated_at_ms = (self.now_ms)();
-            match self.store.replace(&next, current.revision).await {
+            match self.write(&next, current.revision).await {
                 Ok(()) => return Reply::empty(200),
                 Err(ControlStoreError::Conflict) => continue,
                 Err(e) => return store_error(e).into(),

@@ -120,6 +120,14 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         observer: Some(catalog.clone()),
         routing: delivery.routing.clone(),
     });
+    if let Some(routing) = &delivery.routing {
+        let _ = control_service
+            .local_index
+            .set(Arc::new(crate::delivery::follow::InProcess {
+                subs: routing.subs.clone(),
+                store: control_service.store.clone(),
+            }));
+    }
     let _ = control_service
         .events
         .set(Arc::new(crate::delivery::hub_events::PipelineEvents {

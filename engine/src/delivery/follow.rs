@@ -24,6 +24,9 @@ pub struct Subscriptions {
     /// By id (ids are unique across tenants); a lookup checks the tenant, so no key is built
     /// per job on the delivery path.
     known: Mutex<HashMap<Uuid, Arc<Subscription>>>,
+    /// One catch-up at a time: the follower and, in one process, the control plane's writes
+    /// (two at once could put an older copy of a subscription over a newer one).
+    catching_up: tokio::sync::Mutex<()>,
 }
 
 impl Subscriptions {
@@ -51,6 +54,7 @@ impl Subscriptions {
 
     /// Applies every change after the current index's revision; true when the index changed.
     pub async fn catch_up(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
+        let _one = self.catching_up.lock().await;
         let mut revision = self.index().revision;
         let start = revision;
         loop {
@@ -85,6 +89,23 @@ impl Subscriptions {
             }
         }
         Ok(true)
+    }
+}
+
+/// The control plane's hook into this engine's index when both run in one process (the
+/// standalone hub): a control-plane write answers only once the index has it.
+#[derive(Debug)]
+pub struct InProcess {
+    pub subs: Arc<Subscriptions>,
+    pub store: Arc<dyn ControlStore>,
+}
+
+#[async_trait::async_trait]
+impl hub_control::service::LocalIndex for InProcess {
+    async fn caught_up(&self) {
+        if let Err(e) = self.subs.catch_up(&*self.store).await {
+            tracing::warn!(error = %e, "reading subscription changes failed; the follower retries");
+        }
     }
 }
 

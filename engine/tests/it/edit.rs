@@ -1,6 +1,7 @@
-//! Moving an active subscription's endpoint (R-CP-10, R-CP-2): only after the new destination
-//! answers a probe made with the stored secret; a failed probe answers 422
-//! `destination_probe_failed` with its classification and changes nothing.
+//! Edits reaching delivery: an active subscription's endpoint moves (R-CP-10, R-CP-2) only after
+//! the new destination answers a probe made with the stored secret (a failed probe answers 422
+//! `destination_probe_failed` with its classification and changes nothing); in the standalone
+//! hub a write is in the engine's index when it answers (R-MA-3).
 
 use std::time::Duration;
 
@@ -82,6 +83,39 @@ async fn r_cp_10_an_active_webhook_moves_only_after_its_new_endpoint_answers_a_p
         ))
         .await,
         "deliveries go to the new endpoint"
+    );
+    engine.stop();
+}
+
+/// R-MA-3 in one process: in the standalone hub a control-plane write answers only once the
+/// engine's index has it, so an event posted right after the ping that activated its
+/// subscription is delivered — no wait for the follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_ma_3_in_the_standalone_hub_an_event_right_after_a_ping_is_delivered() {
+    let Setup {
+        env: _env,
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("right-after").await;
+    api.active_webhook("now", &receiver.url("/now"), json!({}))
+        .await;
+    let event = Uuid::now_v7();
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/ingest/lender", engine.http))
+        .body("{}");
+    for (k, v) in event_headers(&tenant, event) {
+        post = post.header(k, v);
+    }
+    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
+    assert!(
+        eventually(Duration::from_secs(10), || receiver.received().iter().any(
+            |r| r.path == "/now" && r.header("x-lerian-event-id") == event.to_string()
+        ))
+        .await,
+        "the event posted right after the ping is delivered"
     );
     engine.stop();
 }
