@@ -40,6 +40,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .route("/v1/subscriptions/{id}/ping", post(ping))
         .route("/v1/subscriptions/{id}/verify", post(verify))
         .route("/v1/subscriptions/{id}/credential", put(credential))
+        .route("/v1/subscriptions/{id}/secret/rotate", post(rotate))
         .route("/v1/catalog", get(catalog))
         .route(
             "/v1/openapi.json",
@@ -257,6 +258,36 @@ async fn verify(State(api): State<Api>, headers: HeaderMap, Path(id): Path<Strin
     authenticated(&api, &headers, |who| async move {
         control.probe(&who, &id, ProbeKind::Verify).await
     })
+    .await
+}
+
+async fn rotate(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let path = format!("/v1/subscriptions/{id}/secret/rotate");
+    mutation(
+        api,
+        headers,
+        body,
+        path,
+        |api, who, key, body, path| async move {
+            api.control
+                .rotate(
+                    &who,
+                    &id,
+                    Mutation {
+                        method: "POST",
+                        path: &path,
+                        key: key.as_deref(),
+                        body: &body,
+                    },
+                )
+                .await
+        },
+    )
     .await
 }
 

@@ -9,5 +9,6 @@ pub mod config;
 pub mod http;
 pub mod onboarding;
 pub mod probe;
+pub mod rotation;
 pub mod service;
 pub mod store;

@@ -63,7 +63,7 @@ impl From<ApiError> for Reply {
 
 /// The outcome of a mutation's body: whether anything may have been written matters to the
 /// idempotency record.
-enum Outcome {
+pub(crate) enum Outcome {
     Written(Reply),
     /// Refused before any write: the key is released.
     Refused(ApiError),
@@ -89,7 +89,7 @@ pub(crate) fn store_error(e: ControlStoreError) -> ApiError {
 }
 
 /// Store errors during a write: definite refusals vs. an unknown outcome.
-fn write_outcome(e: ControlStoreError) -> Outcome {
+pub(crate) fn write_outcome(e: ControlStoreError) -> Outcome {
     match e {
         ControlStoreError::Unavailable(_) => Outcome::Unknown(store_error(e)),
         other => Outcome::Refused(store_error(other)),
@@ -224,7 +224,7 @@ fn if_match_tags(value: &str) -> Result<Vec<String>, ApiError> {
 
 impl Control {
     /// Runs `op` under the request's idempotency key (R-CP-13).
-    async fn idempotent<F, Fut>(&self, who: &Principal, m: &Mutation<'_>, op: F) -> Reply
+    pub(crate) async fn idempotent<F, Fut>(&self, who: &Principal, m: &Mutation<'_>, op: F) -> Reply
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Outcome>,

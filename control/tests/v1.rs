@@ -570,6 +570,7 @@ async fn r_cp_19_the_openapi_document_is_served_and_names_every_route(store: Sto
         "/v1/subscriptions/{id}/pause",
         "/v1/subscriptions/{id}/credential",
         "/v1/subscriptions/{id}/events",
+        "/v1/subscriptions/{id}/secret/rotate",
         "/v1/catalog",
     ] {
         assert!(doc.json["paths"].get(p).is_some(), "{p}");

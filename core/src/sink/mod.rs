@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use self::credential::Credential;
 use self::outcome::{ErrorClass, Outcome};
-use self::webhook::signature::SigningKey;
+use self::webhook::secrets::SigningSecrets;
 use self::webhook::{Attempt, Keys, WebhookClient};
 use crate::destination::DestinationPolicy;
 use crate::model::{binding, SinkKind, Subscription, DEFAULT_TIMEOUT_MS};
@@ -119,7 +119,7 @@ impl Sinks {
         ev: &EventOut<'_>,
         now_ms: i64,
     ) -> Outcome {
-        match open(keyring, sub) {
+        match open(keyring, sub, now_ms) {
             Ok(material) => self.send(sub, &material, ev, now_ms).await,
             Err(outcome) => outcome,
         }
@@ -190,9 +190,9 @@ fn webhook_timeout(sub: &Subscription) -> Duration {
     ))
 }
 
-/// Opens the subscription's sealed secret: signing keys for a webhook, the credential for a
-/// queue kind.
-pub fn open(keyring: &Keyring, sub: &Subscription) -> Result<Material, Outcome> {
+/// Opens the subscription's sealed secret: the signing keys of `now_ms` for a webhook (both
+/// during a rotation overlap), the credential for a queue kind.
+pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Material, Outcome> {
     let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
     let sealed = sub.secret.as_ref().ok_or_else(|| {
         unavailable(match sub.sink_kind {
@@ -204,14 +204,10 @@ pub fn open(keyring: &Keyring, sub: &Subscription) -> Result<Material, Outcome> 
         .open(sealed, &binding(sub))
         .map_err(|_| unavailable("the secret could not be opened"))?;
     match sub.sink_kind {
-        SinkKind::Webhook => {
-            let current = SigningKey::from_secret(&secret.0)
-                .map_err(|_| unavailable("the signing secret is malformed"))?;
-            Ok(Material::Signing(Box::new(Keys {
-                current,
-                previous: None,
-            })))
-        }
+        SinkKind::Webhook => SigningSecrets::parse(&secret.0)
+            .and_then(|s| s.keys(now_ms).ok())
+            .map(|keys| Material::Signing(Box::new(keys)))
+            .ok_or_else(|| unavailable("the signing secret is malformed")),
         _ => Credential::from_bytes(secret.0.as_bytes())
             .map(Material::Credential)
             .ok_or_else(|| unavailable("the credential is malformed")),

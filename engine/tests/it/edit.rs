@@ -119,3 +119,109 @@ async fn r_ma_3_in_the_standalone_hub_an_event_right_after_a_ping_is_delivered()
     );
     engine.stop();
 }
+
+/// R-CP-9 / R-DI-12: a rotation returns the new secret and the overlap's end; during the overlap
+/// deliveries carry both signatures, so a receiver verifies with either secret; a second
+/// rotation keeps only the newest previous one; a pull subscription has no secret to rotate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cp_9_a_rotation_signs_with_both_secrets_during_the_overlap() {
+    let Setup {
+        env: _env,
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start("rotate").await;
+    let (id, first) = api
+        .active_webhook("r", &receiver.url("/r"), json!({}))
+        .await;
+    let rotate = format!("/v1/subscriptions/{id}/secret/rotate");
+    let (status, rotated) = api.call("POST", &rotate, Some(json!({}))).await;
+    assert_eq!(status, 200, "{rotated}");
+    let second = rotated["secret"]
+        .as_str()
+        .expect("the new secret")
+        .to_owned();
+    assert_ne!(second, first);
+    assert!(rotated["overlapUntil"].as_str().is_some(), "{rotated}");
+    let (_, read) = api
+        .call("GET", &format!("/v1/subscriptions/{id}"), None)
+        .await;
+    assert!(!read.to_string().contains("whsec_"), "no secret on a read");
+
+    let client = reqwest::Client::new();
+    let deliver = |event: Uuid| {
+        let mut post = client
+            .post(format!("{}/ingest/lender", engine.http))
+            .body("{}");
+        for (k, v) in event_headers(&tenant, event) {
+            post = post.header(k, v);
+        }
+        async move {
+            assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
+        }
+    };
+    let arrived = |event: Uuid| {
+        let receiver = &receiver;
+        async move {
+            let mut found = None;
+            for _ in 0..100 {
+                found = receiver
+                    .received()
+                    .into_iter()
+                    .find(|r| r.header("x-lerian-event-id") == event.to_string());
+                if found.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            found.expect("delivered")
+        }
+    };
+    let e1 = Uuid::now_v7();
+    deliver(e1).await;
+    let got = arrived(e1).await;
+    assert!(!got.header("x-lerian-signature-previous").is_empty());
+    assert!(got.verifies_with(&second), "the new secret verifies");
+    assert!(
+        got.verifies_with(&first),
+        "and the previous one, during the overlap"
+    );
+
+    let (status, again) = api.call("POST", &rotate, Some(json!({}))).await;
+    assert_eq!(status, 200, "{again}");
+    let third = again["secret"].as_str().expect("secret").to_owned();
+    let e2 = Uuid::now_v7();
+    deliver(e2).await;
+    let got = arrived(e2).await;
+    assert!(got.verifies_with(&third) && got.verifies_with(&second));
+    assert!(
+        !got.verifies_with(&first),
+        "only the newest previous secret signs"
+    );
+
+    let (status, pull) = api
+        .call(
+            "POST",
+            "/v1/subscriptions",
+            Some(json!({"name": "p", "sink_kind": "pull"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!(
+                "/v1/subscriptions/{}/secret/rotate",
+                pull["id"].as_str().unwrap_or_default()
+            ),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("rotation_unsupported"))
+    );
+    engine.stop();
+}

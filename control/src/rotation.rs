@@ -1,0 +1,70 @@
+//! Secret rotation (R-CP-9, R-DI-12): `POST /v1/subscriptions/:id/secret/rotate` (idempotency
+//! key; webhook only) issues a new signing secret and returns it with `overlapUntil`; for the
+//! next 24 hours every delivery and probe is signed with both the new and the previous secret
+//! (`X-Lerian-Signature` and `X-Lerian-Signature-Previous`; two entries in
+//! `webhook-signature`), after that with the new one alone. A second rotation during an overlap
+//! keeps only the newest previous secret. The ETag changes.
+
+use serde_json::json;
+
+use crate::auth::{Permission, Principal};
+use crate::service::{write_outcome, Control, Mutation, Outcome, Reply};
+use hub_core::error::ApiError;
+use hub_core::model::{binding, rfc3339, SinkKind};
+use hub_core::sink::webhook::secrets::SigningSecrets;
+
+impl Control {
+    /// `POST /v1/subscriptions/:id/secret/rotate`.
+    pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Reply {
+        if let Err(e) = who.require(Permission::Post) {
+            return e.into();
+        }
+        self.idempotent(who, &m, || async {
+            let current = match self.live(who, id).await {
+                Ok(s) => s,
+                Err(e) => return Outcome::Refused(e),
+            };
+            if current.sink_kind != SinkKind::Webhook {
+                return Outcome::Refused(ApiError::new(
+                    422,
+                    "rotation_unsupported",
+                    format!("a {} subscription has no signing secret", current.sink_kind),
+                ));
+            }
+            let now = (self.now_ms)();
+            let opened = current
+                .secret
+                .as_ref()
+                .and_then(|sealed| self.keyring.open(sealed, &binding(&current)).ok())
+                .and_then(|plain| SigningSecrets::parse(&plain.0));
+            let Some(secrets) = opened else {
+                return Outcome::Refused(ApiError::internal(
+                    "the signing secret could not be opened",
+                ));
+            };
+            let fresh = match self.keyring.new_signing_secret() {
+                Ok(s) => s,
+                Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
+            };
+            let rotated = secrets.rotated(fresh.0.clone(), now);
+            let mut next = current.clone();
+            next.secret = match self
+                .keyring
+                .seal(rotated.to_plain().as_bytes(), &binding(&next))
+            {
+                Ok(s) => Some(s),
+                Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
+            };
+            next.revision += 1;
+            next.updated_at_ms = now;
+            if let Err(e) = self.write(&next, current.revision).await {
+                return write_outcome(e);
+            }
+            let overlap_until = rotated.previous_until_ms.map(rfc3339);
+            // The one time the new secret leaves the hub (R-SEC-1).
+            let body = json!({"secret": fresh.0, "overlapUntil": overlap_until});
+            Outcome::Written(Reply::json(200, &body).with_etag(&next))
+        })
+        .await
+    }
+}
