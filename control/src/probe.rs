@@ -100,6 +100,8 @@ impl Control {
             time: &time,
             subject: None,
             content_type: Some("application/json"),
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from(body.to_string()),
         };
         match material {

@@ -52,6 +52,9 @@ pub struct EventOut<'a> {
     pub subject: Option<&'a str>,
     /// `ce-datacontenttype`; `application/json` when absent.
     pub content_type: Option<&'a str>,
+    /// W3C trace context carried by the event (R-TR-5), forwarded by every sink that can.
+    pub traceparent: Option<&'a str>,
+    pub tracestate: Option<&'a str>,
     pub body: Bytes,
 }
 
@@ -145,6 +148,8 @@ impl Sinks {
                     tenant: ev.tenant,
                     schema_version: ev.schema_version,
                     content_type: ev.content_type,
+                    traceparent: ev.traceparent,
+                    tracestate: ev.tracestate,
                     body: ev.body.clone(),
                     timeout: webhook_timeout(sub),
                     unix_s: now_ms / 1000,

@@ -706,6 +706,8 @@ pub async fn attempt(
         time: &ev.time,
         subject: ev.subject.as_deref(),
         content_type: ev.data_content_type.as_deref(),
+        traceparent: ev.traceparent.as_deref(),
+        tracestate: ev.tracestate.as_deref(),
         body: Bytes::copy_from_slice(&ev.payload),
     };
     sinks.deliver(keyring, sub, &out, now_ms).await

@@ -11,3 +11,4 @@ mod pull;
 mod rabbitmq;
 mod receiver;
 mod support;
+mod trace;

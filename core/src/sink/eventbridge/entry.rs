@@ -26,6 +26,14 @@ pub fn detail(ev: &EventOut<'_>) -> (String, String) {
     if let Some(s) = ev.subject {
         d["subject"] = s.into();
     }
+    for (name, value) in [
+        ("traceparent", ev.traceparent),
+        ("tracestate", ev.tracestate),
+    ] {
+        if let Some(v) = value {
+            d[name] = v.into();
+        }
+    }
     let (field, data) = data_field(ev.content_type(), &ev.body);
     d[field] = data;
     (ev.key.to_owned(), d.to_string())
@@ -54,6 +62,8 @@ mod tests {
             time: "2026-11-29T20:17:42Z",
             subject: None,
             content_type: None,
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from_static(br#"{"amount":5}"#),
         };
         let (detail_type, d) = detail(&ev);
@@ -64,6 +74,8 @@ mod tests {
         assert_eq!(d["data"]["amount"], 5);
         let binary = EventOut {
             content_type: Some("application/octet-stream"),
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from_static(&[1, 2]),
             ..ev
         };

@@ -104,6 +104,8 @@ mod tests {
             time: "2026-11-29T20:17:42Z",
             subject: None,
             content_type: Some("application/octet-stream"),
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from(vec![7u8; MAX_ENTRY_BYTES]),
         };
         let keys = Keys {

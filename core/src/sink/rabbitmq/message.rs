@@ -28,6 +28,15 @@ pub fn properties(ev: &EventOut<'_>) -> BasicProperties {
     if let Some(subject) = ev.subject {
         put("ce-subject", subject);
     }
+    // W3C trace context (R-TR-5), under its own names as the AMQP binding of the spec has it.
+    for (name, value) in [
+        ("traceparent", ev.traceparent),
+        ("tracestate", ev.tracestate),
+    ] {
+        if let Some(v) = value {
+            put(name, v);
+        }
+    }
     BasicProperties::default()
         .with_content_type(ShortString::from(ev.content_type()))
         .with_delivery_mode(PERSISTENT)
@@ -54,6 +63,8 @@ mod tests {
             time: "2026-11-29T20:17:42Z",
             subject: None,
             content_type: None,
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from_static(b"{}"),
         };
         let p = properties(&ev);
@@ -71,5 +82,14 @@ mod tests {
         assert_eq!(h("ce-id"), Some(id.to_string()));
         assert_eq!(h("ce-tenantid").as_deref(), Some("t-1"));
         assert_eq!(h("ce-subject"), None, "absent attributes are not sent");
+        let traced = EventOut {
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            ..ev
+        };
+        let headers = properties(&traced).headers().clone().unwrap_or_default();
+        assert!(
+            headers.inner().contains_key("traceparent"),
+            "R-TR-5: trace context travels"
+        );
     }
 }

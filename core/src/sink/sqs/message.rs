@@ -5,13 +5,16 @@
 //! `ce-type`, `ce-time`, `ce-tenantid`, `ce-schemaversion`, `ce-datacontenttype`, `ce-subject`
 //! (when the event has one) and, for a payload SQS cannot carry as text (not UTF-8, or holding
 //! characters SQS refuses), `ce-datacontentencoding: base64` with the payload base64 in the body.
-//! Trace context (`traceparent`) does not travel. Body and attributes together are at most
+//! Trace context (`traceparent`, then `tracestate`) travels while fewer than 10 attributes are
+//! used (always for a text payload without a subject). Body and attributes together are at most
 //! 256 KiB; a larger event is refused before sending (a permanent failure).
 
 use base64::Engine as _;
 
 use crate::sink::EventOut;
 
+/// SQS's limit on message attributes.
+pub const MAX_ATTRIBUTES: usize = 10;
 /// SQS's limit on a message, body and attributes together.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
@@ -48,6 +51,15 @@ impl SqsMessage {
                 base64::engine::general_purpose::STANDARD.encode(&ev.body)
             }
         };
+        // Trace context (R-TR-5) while SQS's ten attributes leave room for it.
+        for (name, value) in [
+            ("traceparent", ev.traceparent),
+            ("tracestate", ev.tracestate),
+        ] {
+            if let (Some(v), true) = (value, attributes.len() < MAX_ATTRIBUTES) {
+                attributes.push((name, v.to_owned()));
+            }
+        }
         Self { body, attributes }
     }
 
@@ -83,6 +95,8 @@ mod tests {
             time: "2026-11-29T20:17:42Z",
             subject,
             content_type: None,
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from_static(body),
         }
     }

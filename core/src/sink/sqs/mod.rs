@@ -106,6 +106,8 @@ mod tests {
             time: "2026-11-29T20:17:42Z",
             subject: None,
             content_type: None,
+            traceparent: None,
+            tracestate: None,
             body: Bytes::from(big),
         };
         let keys = Keys {

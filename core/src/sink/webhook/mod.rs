@@ -47,6 +47,9 @@ pub struct Attempt<'a> {
     pub schema_version: &'a str,
     /// `ce-datacontenttype`, default `application/json`.
     pub content_type: Option<&'a str>,
+    /// W3C trace context of the event (R-TR-5), sent as `traceparent` / `tracestate`.
+    pub traceparent: Option<&'a str>,
+    pub tracestate: Option<&'a str>,
     pub body: Bytes,
     pub timeout: Duration,
     /// The attempt's clock (Unix seconds), signed into the request.
@@ -144,6 +147,11 @@ impl WebhookClient {
             .header("X-Lerian-Event-Source", a.source)
             .header("X-Lerian-Tenant-Id", a.tenant)
             .header("X-Lerian-Schema-Version", a.schema_version);
+        for (name, value) in [("traceparent", a.traceparent), ("tracestate", a.tracestate)] {
+            if let Some(v) = value {
+                req = req.header(name, v);
+            }
+        }
         for (name, value) in signature_headers(
             &keys.current,
             keys.previous.as_ref(),
