@@ -1,8 +1,15 @@
-//! Access Manager bearer tokens (R-CP-1): JWTs validated against configured keys with the
-//! algorithm pinned, expiry, issuer and audience checked; the tenant and permissions come from the
-//! token and scope every call.
+//! Access Manager bearer tokens (R-CP-1): JWTs validated against a configured key or key set
+//! (JWKS, selected by `kid`) with the algorithm pinned; expiry, not-before, issue time (not in
+//! the future beyond the leeway), issuer and audience (a string or an array) checked; the tenant
+//! and permissions come from the token and scope every call.
 
-use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{
+    decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation,
+};
 use serde::{Deserialize, Serialize};
 
 use hub_core::error::ApiError;
@@ -58,19 +65,40 @@ impl Principal {
 pub struct Claims {
     pub sub: String,
     pub iss: String,
-    pub aud: String,
+    pub aud: Audience,
     pub exp: u64,
+    /// Issued at: refused when in the future beyond the leeway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
     #[serde(alias = "tenantId")]
     pub tenant_id: String,
     #[serde(default)]
     pub permissions: Vec<String>,
 }
 
+/// `aud`: one audience or several (RFC 7519 allows both).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Seconds of clock skew tolerated on `exp`, `nbf` and `iat`.
+const LEEWAY_S: u64 = 30;
+
 /// How tokens are checked. One algorithm, pinned: a token signed with any other is refused.
 #[derive(Clone)]
 pub struct TokenVerifier {
-    key: DecodingKey,
+    keys: Keys,
     validation: Validation,
+}
+
+/// A single key, or a key set by `kid` that can be replaced while the hub runs (JWKS refresh).
+#[derive(Clone)]
+enum Keys {
+    One(DecodingKey),
+    Set(Arc<RwLock<HashMap<String, DecodingKey>>>),
 }
 
 impl std::fmt::Debug for TokenVerifier {
@@ -90,34 +118,84 @@ pub enum VerifyKey {
     Rs256Pem(Vec<u8>),
     /// ES256 public key, PEM.
     Es256Pem(Vec<u8>),
+    /// A JWKS document (RS256 keys by `kid`), as read from a file or URL.
+    Jwks(Vec<u8>),
 }
 
 impl TokenVerifier {
     pub fn new(key: &VerifyKey, issuer: &str, audience: &str) -> anyhow::Result<Self> {
-        let (key, alg) = match key {
-            VerifyKey::Hs256(secret) => (DecodingKey::from_secret(secret), Algorithm::HS256),
-            VerifyKey::Rs256Pem(pem) => (DecodingKey::from_rsa_pem(pem)?, Algorithm::RS256),
-            VerifyKey::Es256Pem(pem) => (DecodingKey::from_ec_pem(pem)?, Algorithm::ES256),
+        let (keys, alg) = match key {
+            VerifyKey::Hs256(secret) => (
+                Keys::One(DecodingKey::from_secret(secret)),
+                Algorithm::HS256,
+            ),
+            VerifyKey::Rs256Pem(pem) => {
+                (Keys::One(DecodingKey::from_rsa_pem(pem)?), Algorithm::RS256)
+            }
+            VerifyKey::Es256Pem(pem) => {
+                (Keys::One(DecodingKey::from_ec_pem(pem)?), Algorithm::ES256)
+            }
+            VerifyKey::Jwks(doc) => (
+                Keys::Set(Arc::new(RwLock::new(key_set(doc)?))),
+                Algorithm::RS256,
+            ),
         };
         let mut validation = Validation::new(alg);
         validation.set_issuer(&[issuer]);
         validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        validation.leeway = 30;
-        Ok(Self { key, validation })
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_S;
+        Ok(Self { keys, validation })
+    }
+
+    /// Replaces the key set with a newly read JWKS document. A malformed one changes nothing
+    /// (the keys in use stay) and is reported to the caller.
+    pub fn refresh_jwks(&self, doc: &[u8]) -> anyhow::Result<usize> {
+        let Keys::Set(keys) = &self.keys else {
+            anyhow::bail!("this verifier has a single key, not a key set");
+        };
+        let fresh = key_set(doc)?;
+        let n = fresh.len();
+        if let Ok(mut k) = keys.write() {
+            *k = fresh;
+        }
+        Ok(n)
+    }
+
+    /// The key that signed `token`: the single key, or the set's key of its `kid`.
+    fn key_for(&self, token: &str) -> Result<DecodingKey, ApiError> {
+        match &self.keys {
+            Keys::One(k) => Ok(k.clone()),
+            Keys::Set(set) => {
+                let kid = decode_header(token)
+                    .ok()
+                    .and_then(|h| h.kid)
+                    .ok_or_else(|| ApiError::unauthorized("invalid token: no key id"))?;
+                set.read()
+                    .ok()
+                    .and_then(|s| s.get(&kid).cloned())
+                    .ok_or_else(|| ApiError::unauthorized("invalid token: unknown key id"))
+            }
+        }
     }
 
     /// Checks `Authorization: Bearer <jwt>`; 401 for anything short of a valid token.
     pub fn verify(&self, authorization: Option<&str>) -> Result<Principal, ApiError> {
         let token = authorization
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
+            .and_then(|h| h.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim())
             .ok_or_else(|| ApiError::unauthorized("a bearer token is required"))?;
-        let data = decode::<Claims>(token.trim(), &self.key, &self.validation)
+        let key = self.key_for(token)?;
+        let data = decode::<Claims>(token, &key, &self.validation)
             .map_err(|e| ApiError::unauthorized(format!("invalid token: {}", reason(&e))))?;
         let c = data.claims;
+        if c.iat.is_some_and(|iat| iat > now_s() + LEEWAY_S) {
+            return Err(ApiError::unauthorized(
+                "invalid token: issued in the future",
+            ));
+        }
         if c.tenant_id.is_empty() {
             return Err(ApiError::unauthorized("the token names no tenant"));
         }
@@ -129,11 +207,29 @@ impl TokenVerifier {
     }
 }
 
+/// The RS256 keys of a JWKS document by `kid` (keys without a `kid` cannot be selected).
+fn key_set(doc: &[u8]) -> anyhow::Result<HashMap<String, DecodingKey>> {
+    let set: JwkSet = serde_json::from_slice(doc)?;
+    let mut keys = HashMap::new();
+    for jwk in &set.keys {
+        if let Some(kid) = &jwk.common.key_id {
+            keys.insert(kid.clone(), DecodingKey::from_jwk(jwk)?);
+        }
+    }
+    anyhow::ensure!(!keys.is_empty(), "the key set holds no key with a kid");
+    Ok(keys)
+}
+
+fn now_s() -> u64 {
+    u64::try_from(crate::config::now_ms() / 1000).unwrap_or(0)
+}
+
 /// Why a token failed, without echoing any of it.
 fn reason(e: &jsonwebtoken::errors::Error) -> &'static str {
     use jsonwebtoken::errors::ErrorKind::*;
     match e.kind() {
         ExpiredSignature => "expired",
+        ImmatureSignature => "not valid yet",
         InvalidIssuer => "wrong issuer",
         InvalidAudience => "wrong audience",
         InvalidAlgorithm => "algorithm not allowed",
@@ -161,8 +257,9 @@ pub fn mint_hs256(secret: &[u8], m: &Mint<'_>) -> anyhow::Result<String> {
     let claims = Claims {
         sub: m.subject.into(),
         iss: m.issuer.into(),
-        aud: m.audience.into(),
+        aud: Audience::One(m.audience.into()),
         exp: m.now_s + m.ttl_s,
+        iat: Some(m.now_s),
         tenant_id: m.tenant.into(),
         permissions: m.permissions.iter().map(|p| (*p).to_owned()).collect(),
     };
@@ -195,11 +292,10 @@ mod tests {
     }
 
     fn token(iss: &str, aud: &str, tenant: &str, ttl: i64) -> String {
-        let now = now();
-        let exp = if ttl >= 0 {
-            now + ttl as u64
+        let (now_s, ttl_s) = if ttl >= 0 {
+            (now(), ttl as u64)
         } else {
-            now - 3600
+            (now() - 3600, 0)
         };
         let m = Mint {
             issuer: iss,
@@ -207,10 +303,131 @@ mod tests {
             subject: "user-1",
             tenant,
             permissions: &["subscriptions:get"],
-            ttl_s: 0,
-            now_s: exp,
+            ttl_s,
+            now_s,
         };
         mint_hs256(SECRET, &m).expect("mint")
+    }
+
+    /// A token with these claims, signed by `key` under `header`.
+    fn signed(header: &Header, claims: serde_json::Value, key: &EncodingKey) -> String {
+        encode(header, &claims, key).expect("encode")
+    }
+
+    fn claims(extra: serde_json::Value) -> serde_json::Value {
+        let mut c = serde_json::json!({
+            "sub": "u", "iss": "am", "aud": "hub", "exp": now() + 600, "tenant_id": "t",
+            "permissions": ["subscriptions:get"],
+        });
+        if let (Some(c), Some(e)) = (c.as_object_mut(), extra.as_object()) {
+            c.extend(e.clone());
+        }
+        c
+    }
+
+    #[test]
+    fn r_cp_1_audience_lists_not_before_issue_time_and_the_bearer_scheme() {
+        let v = verifier();
+        let key = EncodingKey::from_secret(SECRET);
+        let hs = Header::new(Algorithm::HS256);
+        let ok = |t: String| v.verify(Some(&format!("Bearer {t}"))).map(|p| p.tenant);
+        assert_eq!(
+            ok(signed(
+                &hs,
+                claims(serde_json::json!({"aud": ["other", "hub"]})),
+                &key
+            )),
+            Ok("t".into()),
+            "aud as an array naming the hub"
+        );
+        assert!(ok(signed(
+            &hs,
+            claims(serde_json::json!({"aud": ["other"]})),
+            &key
+        ))
+        .is_err());
+        assert!(
+            ok(signed(
+                &hs,
+                claims(serde_json::json!({"nbf": now() + 3600})),
+                &key
+            ))
+            .is_err(),
+            "valid only an hour from now"
+        );
+        assert!(
+            ok(signed(
+                &hs,
+                claims(serde_json::json!({"iat": now() + 3600})),
+                &key
+            ))
+            .is_err(),
+            "issued in the future"
+        );
+        assert!(ok(signed(
+            &hs,
+            claims(serde_json::json!({"iat": now() - 10})),
+            &key
+        ))
+        .is_ok());
+        let t = token("am", "hub", "t-2", 600);
+        for scheme in ["bearer", "BEARER", "BeArEr"] {
+            assert!(v.verify(Some(&format!("{scheme} {t}"))).is_ok(), "{scheme}");
+        }
+    }
+
+    fn jwks(keys: &[(&str, &str)]) -> Vec<u8> {
+        let keys: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|(kid, n)| {
+                serde_json::json!({"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
+                    "n": n.trim(), "e": "AQAB"})
+            })
+            .collect();
+        serde_json::to_vec(&serde_json::json!({ "keys": keys })).expect("json")
+    }
+
+    #[test]
+    fn r_cp_1_a_key_set_selects_by_kid_and_follows_a_rotation() {
+        let (k1, n1) = (
+            include_str!("../testdata/rsa-k1.pem"),
+            include_str!("../testdata/rsa-k1.n"),
+        );
+        let (k2, n2) = (
+            include_str!("../testdata/rsa-k2.pem"),
+            include_str!("../testdata/rsa-k2.n"),
+        );
+        let v = TokenVerifier::new(
+            &VerifyKey::Jwks(jwks(&[("k1", n1), ("k2", n2)])),
+            "am",
+            "hub",
+        )
+        .expect("verifier");
+        let by = |kid: &str, pem: &str| {
+            let mut h = Header::new(Algorithm::RS256);
+            h.kid = Some(kid.into());
+            let key = EncodingKey::from_rsa_pem(pem.as_bytes()).expect("key");
+            format!("Bearer {}", signed(&h, claims(serde_json::json!({})), &key))
+        };
+        assert!(v.verify(Some(&by("k1", k1))).is_ok());
+        assert!(v.verify(Some(&by("k2", k2))).is_ok());
+        assert!(
+            v.verify(Some(&by("k1", k2))).is_err(),
+            "the kid's key must have signed"
+        );
+        assert!(v.verify(Some(&by("k3", k1))).is_err(), "an unknown kid");
+        // Access Manager rotates k1 out.
+        assert_eq!(v.refresh_jwks(&jwks(&[("k2", n2)])).expect("refresh"), 1);
+        assert!(v.verify(Some(&by("k1", k1))).is_err());
+        assert!(v.verify(Some(&by("k2", k2))).is_ok());
+        assert!(
+            v.refresh_jwks(b"not json").is_err(),
+            "a malformed document is refused"
+        );
+        assert!(
+            v.verify(Some(&by("k2", k2))).is_ok(),
+            "and the keys in use stay"
+        );
     }
 
     #[test]

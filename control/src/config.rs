@@ -27,6 +27,12 @@ pub struct ControlConfig {
     pub hs256_secret: Option<String>,
     /// Env `STREAMING_HUB_JWT_RS256_PUBLIC_KEY` (a PEM file): pins RS256 instead of HS256.
     pub rs256_public_key: Option<PathBuf>,
+    /// Env `STREAMING_HUB_JWKS`: Access Manager's key set (RS256, by `kid`), a file path or an
+    /// `http(s)://` URL; takes precedence over the single keys. Read at start (the hub does not
+    /// start without it) and again every `STREAMING_HUB_JWKS_REFRESH_MS` (default 300000); a
+    /// refresh that fails or reads a malformed document keeps the keys in use and says so.
+    pub jwks: Option<String>,
+    pub jwks_refresh_ms: u64,
     /// Env `STREAMING_HUB_MASTER_KEYS` (`id:base64,…`, first current); else generated.
     pub master_keys: Option<String>,
     /// Env `STREAMING_HUB_ALLOW_PRIVATE_HOSTS`: comma-separated `host` (webhook) or `host:port`.
@@ -58,6 +64,11 @@ impl ControlConfig {
             audience: var("JWT_AUDIENCE").unwrap_or_else(|| "streaming-hub".into()),
             hs256_secret: var("JWT_HS256_SECRET"),
             rs256_public_key: var("JWT_RS256_PUBLIC_KEY").map(PathBuf::from),
+            jwks: var("JWKS"),
+            jwks_refresh_ms: var("JWKS_REFRESH_MS")
+                .map(|v| v.parse().context("STREAMING_HUB_JWKS_REFRESH_MS"))
+                .transpose()?
+                .unwrap_or(300_000),
             master_keys: var("MASTER_KEYS"),
             allow_private_hosts: var("ALLOW_PRIVATE_HOSTS")
                 .map(|v| {
@@ -107,6 +118,37 @@ impl ControlConfig {
             None => VerifyKey::Hs256(self.hs256_secret(data_dir)?.into_bytes()),
         };
         TokenVerifier::new(&key, &self.issuer, &self.audience)
+    }
+
+    /// The verifier, following Access Manager's key set when one is configured (a refresh task
+    /// on the current tokio runtime keeps it current).
+    pub async fn token_verifier(&self, data_dir: &Path) -> anyhow::Result<TokenVerifier> {
+        let Some(source) = self.jwks.clone() else {
+            return self.verifier(data_dir);
+        };
+        let doc = fetch_jwks(&source)
+            .await
+            .with_context(|| format!("reading the key set {source}"))?;
+        let verifier = TokenVerifier::new(&VerifyKey::Jwks(doc), &self.issuer, &self.audience)?;
+        let refreshed = verifier.clone();
+        let every = Duration::from_millis(self.jwks_refresh_ms.max(1000));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let outcome = match fetch_jwks(&source).await {
+                    Ok(doc) => refreshed.refresh_jwks(&doc),
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(keys) => tracing::debug!(keys, "Access Manager key set refreshed"),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "refreshing Access Manager's key set failed; the keys in use stay"
+                    ),
+                }
+            }
+        });
+        Ok(verifier)
     }
 
     /// Builds the service on the configured control store (embedded in `data_dir`, or CQL).
@@ -163,7 +205,10 @@ impl ControlConfig {
             idem,
             now_ms,
         };
-        Ok((Arc::new(control), Arc::new(self.verifier(data_dir)?)))
+        Ok((
+            Arc::new(control),
+            Arc::new(self.token_verifier(data_dir).await?),
+        ))
     }
 }
 
@@ -211,4 +256,20 @@ pub fn log_filter() -> tracing_subscriber::EnvFilter {
     };
     tracing_subscriber::EnvFilter::try_new(&spec)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"))
+}
+
+/// A JWKS document from a file or an `http(s)://` URL (10 s limit).
+async fn fetch_jwks(source: &str) -> anyhow::Result<Vec<u8>> {
+    if source.starts_with("http://") || source.starts_with("https://") {
+        let response = reqwest::Client::new()
+            .get(source)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(response.bytes().await?.to_vec())
+    } else {
+        let path = source.to_owned();
+        Ok(tokio::task::spawn_blocking(move || std::fs::read(path)).await??)
+    }
 }
