@@ -60,7 +60,9 @@ pub async fn events(
             return ApiError::unavailable("the event log is unavailable; retry").into_response();
         }
     };
-    mark_success(&api, sub).await;
+    if sub.enabled && !sub.paused {
+        mark_success(&api, sub).await;
+    }
     Json(page_view(&page)).into_response()
 }
 

@@ -257,6 +257,41 @@ pub(crate) async fn produce_over(tenants: &[String], n: usize) -> HashMap<String
     sent
 }
 
+/// Posts one event of `tenant` to the engine's HTTP ingest, with `extra` headers; returns its id.
+pub(crate) async fn ingest_one(engine: &Engine, tenant: &str, extra: &[(&str, &str)]) -> Uuid {
+    let event = Uuid::now_v7();
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/ingest/lender", engine.http))
+        .body("{}");
+    for (k, v) in event_headers(tenant, event) {
+        post = post.header(k, v);
+    }
+    for (k, v) in extra {
+        post = post.header(*k, *v);
+    }
+    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
+    event
+}
+
+/// The delivery of `event` that `receiver` got within 10 s, if any.
+pub(crate) async fn delivery_of(
+    receiver: &Receiver,
+    event: Uuid,
+) -> Option<crate::receiver::Received> {
+    let id = event.to_string();
+    for _ in 0..100 {
+        if let Some(r) = receiver
+            .received()
+            .into_iter()
+            .find(|r| r.header("x-lerian-event-id") == id)
+        {
+            return Some(r);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 /// Polls `check` every 100 ms until it holds or `limit` passes.
 pub(crate) async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;

@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use uuid::Uuid;
 
-use crate::delivery::{event_headers, eventually, Setup, Tenant};
+use crate::delivery::{delivery_of, ingest_one, Setup, Tenant};
 use crate::support::free_port;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,19 +68,11 @@ async fn r_cp_10_an_active_webhook_moves_only_after_its_new_endpoint_answers_a_p
 
     // The engine follows the revision log every 250 ms.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let event = Uuid::now_v7();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/ingest/lender", engine.http))
-        .body("{}");
-    for (k, v) in event_headers(&tenant, event) {
-        post = post.header(k, v);
-    }
-    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
-    assert!(
-        eventually(Duration::from_secs(10), || receiver.received().iter().any(
-            |r| r.path == "/new" && r.header("x-lerian-event-id") == event.to_string()
-        ))
-        .await,
+    let event = ingest_one(&engine, &tenant, &[]).await;
+    let got = delivery_of(&receiver, event).await;
+    assert_eq!(
+        got.map(|r| r.path),
+        Some("/new".to_owned()),
         "deliveries go to the new endpoint"
     );
     engine.stop();
@@ -102,19 +93,11 @@ async fn r_ma_3_in_the_standalone_hub_an_event_right_after_a_ping_is_delivered()
     } = Setup::start("right-after").await;
     api.active_webhook("now", &receiver.url("/now"), json!({}))
         .await;
-    let event = Uuid::now_v7();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/ingest/lender", engine.http))
-        .body("{}");
-    for (k, v) in event_headers(&tenant, event) {
-        post = post.header(k, v);
-    }
-    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
-    assert!(
-        eventually(Duration::from_secs(10), || receiver.received().iter().any(
-            |r| r.path == "/now" && r.header("x-lerian-event-id") == event.to_string()
-        ))
-        .await,
+    let event = ingest_one(&engine, &tenant, &[]).await;
+    let got = delivery_of(&receiver, event).await;
+    assert_eq!(
+        got.map(|r| r.path),
+        Some("/now".to_owned()),
         "the event posted right after the ping is delivered"
     );
     engine.stop();
@@ -150,38 +133,8 @@ async fn r_cp_9_a_rotation_signs_with_both_secrets_during_the_overlap() {
         .await;
     assert!(!read.to_string().contains("whsec_"), "no secret on a read");
 
-    let client = reqwest::Client::new();
-    let deliver = |event: Uuid| {
-        let mut post = client
-            .post(format!("{}/ingest/lender", engine.http))
-            .body("{}");
-        for (k, v) in event_headers(&tenant, event) {
-            post = post.header(k, v);
-        }
-        async move {
-            assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
-        }
-    };
-    let arrived = |event: Uuid| {
-        let receiver = &receiver;
-        async move {
-            let mut found = None;
-            for _ in 0..100 {
-                found = receiver
-                    .received()
-                    .into_iter()
-                    .find(|r| r.header("x-lerian-event-id") == event.to_string());
-                if found.is_some() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            found.expect("delivered")
-        }
-    };
-    let e1 = Uuid::now_v7();
-    deliver(e1).await;
-    let got = arrived(e1).await;
+    let e1 = ingest_one(&engine, &tenant, &[]).await;
+    let got = delivery_of(&receiver, e1).await.expect("delivered");
     assert!(!got.header("x-lerian-signature-previous").is_empty());
     assert!(got.verifies_with(&second), "the new secret verifies");
     assert!(
@@ -192,9 +145,8 @@ async fn r_cp_9_a_rotation_signs_with_both_secrets_during_the_overlap() {
     let (status, again) = api.call("POST", &rotate, Some(json!({}))).await;
     assert_eq!(status, 200, "{again}");
     let third = again["secret"].as_str().expect("secret").to_owned();
-    let e2 = Uuid::now_v7();
-    deliver(e2).await;
-    let got = arrived(e2).await;
+    let e2 = ingest_one(&engine, &tenant, &[]).await;
+    let got = delivery_of(&receiver, e2).await.expect("delivered");
     assert!(got.verifies_with(&third) && got.verifies_with(&second));
     assert!(
         !got.verifies_with(&first),

@@ -1,12 +1,9 @@
 //! Trace context (R-TR-5): a `traceparent` / `tracestate` carried by an event is stored with it
 //! and forwarded on its deliveries.
 
-use std::time::Duration;
-
 use serde_json::json;
-use uuid::Uuid;
 
-use crate::delivery::{event_headers, eventually, Setup};
+use crate::delivery::{delivery_of, ingest_one, Setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_tr_5_trace_context_is_forwarded_on_webhook_deliveries() {
@@ -21,26 +18,18 @@ async fn r_tr_5_trace_context_is_forwarded_on_webhook_deliveries() {
     api.active_webhook("t", &receiver.url("/t"), json!({}))
         .await;
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let event = Uuid::now_v7();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/ingest/lender", engine.http))
-        .header("traceparent", traceparent)
-        .header("tracestate", "lerian=1")
-        .body("{}");
-    for (k, v) in event_headers(&tenant, event) {
-        post = post.header(k, v);
-    }
-    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
-    assert!(
-        eventually(Duration::from_secs(10), || receiver.received().iter().any(
-            |r| {
-                r.header("x-lerian-event-id") == event.to_string()
-                    && r.header("traceparent") == traceparent
-                    && r.header("tracestate") == "lerian=1"
-            }
-        ))
-        .await,
-        "the delivery carries the event's trace context"
+    let event = ingest_one(
+        &engine,
+        &tenant,
+        &[("traceparent", traceparent), ("tracestate", "lerian=1")],
+    )
+    .await;
+    let got = delivery_of(&receiver, event).await.expect("delivered");
+    assert_eq!(
+        got.header("traceparent"),
+        traceparent,
+        "the delivery carries the trace context"
     );
+    assert_eq!(got.header("tracestate"), "lerian=1");
     engine.stop();
 }

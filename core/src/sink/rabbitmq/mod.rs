@@ -92,7 +92,10 @@ impl RabbitSink {
         if !outcome.success && outcome.error_class != Some(ErrorClass::Unroutable) {
             // A failed channel or connection is not reused; a returned message leaves it intact.
             self.links.lock().await.remove(&key);
-            let _ = link.connection.close(200, "hub reconnects").await;
+            // A broken connection may never answer a close: bounded.
+            let _ =
+                tokio::time::timeout(self.timeout, link.connection.close(200, "hub reconnects"))
+                    .await;
         }
         outcome
     }
@@ -141,7 +144,9 @@ impl RabbitSink {
         // Another attempt may have connected meanwhile: keep one link per destination.
         let kept = links.entry(key).or_insert_with(|| link.clone()).clone();
         if !Arc::ptr_eq(&kept, &link) {
-            let _ = link.connection.close(200, "duplicate link").await;
+            let _ =
+                tokio::time::timeout(self.timeout, link.connection.close(200, "duplicate link"))
+                    .await;
         }
         Ok(kept)
     }
