@@ -159,6 +159,9 @@ impl Subscription {
             "verification_state".into(),
             serde_json::to_value(self.verification_state).unwrap_or(Value::Null),
         );
+        // R-TR-4: answers carry the revision (also in the ETag), so a client can tell which
+        // change it is looking at.
+        m.insert("revision".into(), self.revision.into());
         m.insert("created_at".into(), rfc3339(self.created_at_ms).into());
         m.insert("updated_at".into(), rfc3339(self.updated_at_ms).into());
         if let Some(t) = self.last_success_at_ms {

@@ -78,11 +78,11 @@ async fn r_cp_10_an_active_webhook_moves_only_after_its_new_endpoint_answers_a_p
     engine.stop();
 }
 
-/// R-MA-3 in one process: in the standalone hub a control-plane write answers only once the
+/// R-TR-4 (read-your-writes; R-MA-3 in one process): in the standalone hub a control-plane write answers only once the
 /// engine's index has it, so an event posted right after the ping that activated its
 /// subscription is delivered — no wait for the follower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_ma_3_in_the_standalone_hub_an_event_right_after_a_ping_is_delivered() {
+async fn r_tr_4_in_the_standalone_hub_an_event_right_after_a_ping_is_delivered() {
     let Setup {
         env: _env,
         dir: _dir,
