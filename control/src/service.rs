@@ -96,6 +96,14 @@ pub(crate) fn write_outcome(e: ControlStoreError) -> Outcome {
     }
 }
 
+/// Marks a recorded response sealed under the keyring.
+const SEALED_RESPONSE: &[u8] = b"sealed:v1:";
+
+/// What a recorded response is bound to: its tenant and key.
+fn recorded_binding(tenant: &str, key: &str) -> String {
+    format!("idempotency/{tenant}/{key}")
+}
+
 /// How often keys recorded by engines in other processes are merged into the catalog.
 const CATALOG_SYNC_MS: i64 = 5_000;
 
@@ -249,12 +257,16 @@ impl Control {
             Err(e) => return store_error(e).into(),
             Ok(IdemBegin::Fresh) => {}
             Ok(IdemBegin::Replay(r)) => {
+                let body = match self.open_recorded(&who.tenant, key, r.body) {
+                    Ok(b) => b,
+                    Err(e) => return e.into(),
+                };
                 let mut headers = r.headers;
                 headers.push(("x-idempotency-replayed".into(), "true".into()));
                 return Reply {
                     status: r.status,
                     headers,
-                    body: r.body,
+                    body,
                 };
             }
             Ok(IdemBegin::InFlight) => {
@@ -289,17 +301,22 @@ impl Control {
         };
         match op().await {
             Outcome::Written(reply) => {
-                let stored = StoredResponse {
-                    status: reply.status,
-                    headers: reply.headers.clone(),
-                    body: reply.body.clone(),
-                };
                 let now = (self.now_ms)();
-                match self
-                    .store
-                    .idem_finish(&who.tenant, key, print, stored, now)
-                    .await
-                {
+                let recorded = match self.seal_recorded(&who.tenant, key, &reply.body) {
+                    Some(body) => {
+                        let stored = StoredResponse {
+                            status: reply.status,
+                            headers: reply.headers.clone(),
+                            body,
+                        };
+                        self.store
+                            .idem_finish(&who.tenant, key, print, stored, now)
+                            .await
+                            .map_err(|_| ())
+                    }
+                    None => Err(()),
+                };
+                match recorded {
                     Ok(()) => reply,
                     Err(_) => {
                         let _ = self.store.idem_unrecorded(&who.tenant, key, now).await;
@@ -322,6 +339,31 @@ impl Control {
                 unrecorded().into()
             }
         }
+    }
+
+    /// A response as recorded for replays, sealed (R-SEC-1): a create's or rotation's answer
+    /// holds a signing secret, and the record must not keep it in the clear.
+    fn seal_recorded(&self, tenant: &str, key: &str, body: &[u8]) -> Option<Vec<u8>> {
+        let text = std::str::from_utf8(body).ok()?;
+        let sealed = self
+            .keyring
+            .seal(text.as_bytes(), &recorded_binding(tenant, key))
+            .ok()?;
+        let mut out = SEALED_RESPONSE.to_vec();
+        out.extend(serde_json::to_vec(&sealed).ok()?);
+        Some(out)
+    }
+
+    /// A recorded response as it was sent (records from before sealing are plain).
+    fn open_recorded(&self, tenant: &str, key: &str, stored: Vec<u8>) -> Result<Vec<u8>, ApiError> {
+        let Some(sealed) = stored.strip_prefix(SEALED_RESPONSE) else {
+            return Ok(stored);
+        };
+        serde_json::from_slice::<hub_core::secrets::Sealed>(sealed)
+            .ok()
+            .and_then(|s| self.keyring.open(&s, &recorded_binding(tenant, key)).ok())
+            .map(|plain| plain.0.into_bytes())
+            .ok_or_else(|| ApiError::internal("the recorded response could not be opened"))
     }
 
     /// Merges keys engines recorded in the store (other processes) into the catalog, at most every

@@ -663,6 +663,21 @@ async fn r_sec_1_no_secret_in_reads_errors_or_logs(store: Store) {
         !logs.contains(&secret) && !logs.contains("whsec_"),
         "a secret reached the logs"
     );
+    // At rest: the idempotency record of the create holds its answer, secret included — sealed
+    // like the subscription's own copy, so the store's file never shows one.
+    if let Store::Embedded = store {
+        for entry in std::fs::read_dir(hub._dir.path())
+            .expect("data dir")
+            .flatten()
+        {
+            let bytes = std::fs::read(entry.path()).unwrap_or_default();
+            assert!(
+                !bytes.windows(6).any(|w| w == b"whsec_"),
+                "a signing secret in the clear in {}",
+                entry.path().display()
+            );
+        }
+    }
 }
 
 on_both_stores!(
