@@ -33,6 +33,9 @@ pub struct ControlConfig {
     /// refresh that fails or reads a malformed document keeps the keys in use and says so.
     pub jwks: Option<String>,
     pub jwks_refresh_ms: u64,
+    /// Env `STREAMING_HUB_ROTATION_OVERLAP_MS`: how long a rotated-out signing secret keeps
+    /// signing. Default 24 h (R-CP-9); shortened only for drills and tests.
+    pub rotation_overlap_ms: i64,
     /// Env `STREAMING_HUB_MASTER_KEYS` (`id:base64,…`, first current); else generated.
     pub master_keys: Option<String>,
     /// Env `STREAMING_HUB_ALLOW_PRIVATE_HOSTS`: comma-separated `host` (webhook) or `host:port`.
@@ -65,6 +68,10 @@ impl ControlConfig {
             hs256_secret: var("JWT_HS256_SECRET"),
             rs256_public_key: var("JWT_RS256_PUBLIC_KEY").map(PathBuf::from),
             jwks: var("JWKS"),
+            rotation_overlap_ms: var("ROTATION_OVERLAP_MS")
+                .map(|v| v.parse().context("STREAMING_HUB_ROTATION_OVERLAP_MS"))
+                .transpose()?
+                .unwrap_or(hub_core::sink::webhook::secrets::OVERLAP_MS),
             jwks_refresh_ms: var("JWKS_REFRESH_MS")
                 .map(|v| v.parse().context("STREAMING_HUB_JWKS_REFRESH_MS"))
                 .transpose()?
@@ -202,6 +209,7 @@ impl ControlConfig {
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
             events: std::sync::OnceLock::new(),
             local_index: std::sync::OnceLock::new(),
+            rotation_overlap_ms: self.rotation_overlap_ms,
             idem,
             now_ms,
         };

@@ -46,7 +46,7 @@ impl Control {
                 Ok(s) => s,
                 Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
             };
-            let rotated = secrets.rotated(fresh.0.clone(), now);
+            let rotated = secrets.rotated(fresh.0.clone(), now, self.rotation_overlap_ms);
             let mut next = current.clone();
             next.secret = match self
                 .keyring

@@ -142,6 +142,8 @@ pub struct Control {
     /// is matched. Across processes engines catch up within a second (R-MA-3).
     pub local_index: std::sync::OnceLock<Arc<dyn LocalIndex>>,
     pub idem: IdemSettings,
+    /// How long a rotated-out signing secret keeps signing (R-CP-9: 24 h).
+    pub rotation_overlap_ms: i64,
     /// The clock (Unix ms), injected so tests control time.
     pub now_ms: fn() -> i64,
 }

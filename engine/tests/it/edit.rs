@@ -177,3 +177,49 @@ async fn r_cp_9_a_rotation_signs_with_both_secrets_during_the_overlap() {
     );
     engine.stop();
 }
+
+/// R-CP-9: once the overlap ends (shortened here to 1.5 s) only the new secret signs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cp_9_after_the_overlap_only_the_new_secret_signs() {
+    let Setup {
+        env: _env,
+        dir: _dir,
+        receiver,
+        engine,
+        tenant,
+        api,
+    } = Setup::start_with(
+        "overlap",
+        crate::support::Backend::Embedded,
+        &[("STREAMING_HUB_ROTATION_OVERLAP_MS", "1500")],
+    )
+    .await;
+    let (id, first) = api
+        .active_webhook("o", &receiver.url("/o"), json!({}))
+        .await;
+    let (status, rotated) = api
+        .call(
+            "POST",
+            &format!("/v1/subscriptions/{id}/secret/rotate"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let second = rotated["secret"].as_str().expect("secret").to_owned();
+    let during = ingest_one(&engine, &tenant, &[]).await;
+    let got = delivery_of(&receiver, during).await.expect("delivered");
+    assert!(
+        got.verifies_with(&first) && got.verifies_with(&second),
+        "both during"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    let after = ingest_one(&engine, &tenant, &[]).await;
+    let got = delivery_of(&receiver, after).await.expect("delivered");
+    assert!(got.verifies_with(&second), "the new secret signs");
+    assert!(
+        !got.verifies_with(&first),
+        "the previous one no longer does"
+    );
+    assert!(got.header("x-lerian-signature-previous").is_empty());
+    engine.stop();
+}

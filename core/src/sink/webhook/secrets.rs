@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::signature::{BadSecret, SigningKey};
 use super::Keys;
 
-/// How long the previous secret keeps signing after a rotation.
+/// How long the previous secret keeps signing after a rotation (R-CP-9: 24 h).
 pub const OVERLAP_MS: i64 = 24 * 3_600_000;
 
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,12 +55,12 @@ impl SigningSecrets {
     }
 
     /// After a rotation at `now_ms` to `new`: the current secret signs on as the previous one
-    /// until the overlap ends.
-    pub fn rotated(&self, new: String, now_ms: i64) -> Self {
+    /// for `overlap_ms`.
+    pub fn rotated(&self, new: String, now_ms: i64, overlap_ms: i64) -> Self {
         Self {
             current: new,
             previous: Some(self.current.clone()),
-            previous_until_ms: Some(now_ms + OVERLAP_MS),
+            previous_until_ms: Some(now_ms + overlap_ms),
         }
     }
 
@@ -88,7 +88,7 @@ mod tests {
         let before = SigningSecrets::parse(A).expect("a bare secret");
         assert_eq!(before.to_plain(), A, "unrotated secrets seal as before");
         assert!(before.keys(0).expect("keys").previous.is_none());
-        let after = before.rotated(B.into(), 1_000);
+        let after = before.rotated(B.into(), 1_000, OVERLAP_MS);
         let sealed = after.to_plain();
         assert!(
             !format!("{after:?}").contains("whsec_"),
@@ -108,7 +108,7 @@ mod tests {
                 .is_none(),
             "after the overlap only the new secret signs"
         );
-        let again = opened.rotated(C.into(), 2_000);
+        let again = opened.rotated(C.into(), 2_000, OVERLAP_MS);
         assert_eq!(
             again.previous.as_deref(),
             Some(B),
