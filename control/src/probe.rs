@@ -343,4 +343,22 @@ mod tests {
         let pinged = after_probe(&stopped, ProbeKind::Ping, &outcome(true), 9);
         assert!(!pinged.enabled, "ping does not re-enable");
     }
+
+    #[test]
+    fn r_cp_4_onboarding_activates_a_pending_queue_but_never_re_enables_or_resumes() {
+        // `PUT …/credential` records its successful probe as a ping does.
+        let pending = subscription("t", "q");
+        let active = after_probe(&pending, ProbeKind::Ping, &outcome(true), 5);
+        assert_eq!(active.verification_state, VerificationState::Active);
+        assert!(active.enabled && !active.paused);
+        let mut stopped = active.clone();
+        stopped.enabled = false;
+        let after = after_probe(&stopped, ProbeKind::Ping, &outcome(true), 6);
+        assert!(!after.enabled && !after.paused, "still stopped by the hub");
+        let mut paused = active;
+        paused.enabled = false;
+        paused.paused = true;
+        let after = after_probe(&paused, ProbeKind::Ping, &outcome(true), 7);
+        assert!(!after.enabled && after.paused, "still paused");
+    }
 }

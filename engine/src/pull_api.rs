@@ -1,8 +1,8 @@
 //! `GET /v1/subscriptions/:id/events?after=<seq>&limit=<n>` (R-CP-14): a pull subscription's
 //! page of its tenant's matching events, `{"items": [...], "next_after": <seq>}`. Same token,
 //! tenant isolation and error bodies as the other `/v1` routes (another tenant's id is a 404).
-//! A read that succeeds marks the subscription's `last_success_at` (at most once a minute: each
-//! mark is a control-store write that every engine's index follows).
+//! A read that succeeds marks the subscription's `last_success_at` (at most once a minute, as
+//! deliveries do: `delivery::marks`; each mark is a control-store write every index follows).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use hub_control::auth::Permission;
 use hub_core::error::ApiError;
 use hub_core::model::{SinkKind, Subscription};
 
+use crate::delivery::marks::MARK_EVERY_MS;
 use crate::delivery::pull::{read_page, PullPage};
 use crate::delivery_api::DeliveryApi;
 use crate::store::StoredEvent;
@@ -24,8 +25,6 @@ use crate::store::StoredEvent;
 /// Page size when `limit` is absent, and the most a page holds.
 pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1_000;
-/// `last_success_at` is rewritten when older than this.
-const MARK_EVERY_MS: i64 = 60_000;
 
 /// The handler.
 pub async fn events(
@@ -97,10 +96,7 @@ async fn mark_success(api: &DeliveryApi, sub: Subscription) {
     {
         return;
     }
-    let mut next = sub.clone();
-    next.last_success_at_ms = Some(now);
-    next.last_failure_at_ms = None;
-    next.revision += 1;
+    let next = crate::delivery::marks::marked(&sub, true, now);
     if let Err(e) = api.control.replace(&next, sub.revision).await {
         tracing::debug!(error = %e, "last_success_at not recorded");
     }

@@ -142,8 +142,44 @@ impl<C: Clone> ClientCache<C> {
     }
 }
 
-/// Shared pointer to a cache, for the sinks' `Clone`.
-pub type Cache<C> = Arc<ClientCache<C>>;
+/// An AWS sink's clients: the operator's settings and a client per (region, credential).
+pub struct AwsClients<C> {
+    pub settings: Arc<AwsSettings>,
+    cache: Arc<ClientCache<C>>,
+}
+
+impl<C> Clone for AwsClients<C> {
+    fn clone(&self) -> Self {
+        Self {
+            settings: self.settings.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for AwsClients<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsClients")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clone> AwsClients<C> {
+    pub fn new(settings: Arc<AwsSettings>) -> Self {
+        Self {
+            settings,
+            cache: Arc::default(),
+        }
+    }
+
+    /// The client of `region` and `keys`, built with `build` on first use.
+    pub fn get(&self, region: &str, keys: Keys<'_>, build: fn(&aws_types::SdkConfig) -> C) -> C {
+        self.cache.get_or(keys.digest(region), || {
+            build(&self.settings.sdk_config(region, keys))
+        })
+    }
+}
 
 /// Classifies an SDK failure: the service's error code when it answered, else how the call
 /// failed on the way.

@@ -218,3 +218,71 @@ pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Materi
             .ok_or_else(|| unavailable("the credential is malformed")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{SinkKind, VerificationState};
+
+    fn subscription(kind: SinkKind) -> Subscription {
+        Subscription {
+            id: Uuid::now_v7(),
+            tenant: "t".into(),
+            name: "s".into(),
+            sink_kind: kind,
+            endpoint: None,
+            event_types: Vec::new(),
+            schema_major: 1,
+            event_majors: Default::default(),
+            origin: None,
+            timeout_ms: None,
+            plan_tier: None,
+            retry_schedule: None,
+            enabled: true,
+            paused: false,
+            verification_state: VerificationState::Active,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            last_success_at_ms: None,
+            last_failure_at_ms: None,
+            deleted: false,
+            secret: None,
+            revision: 1,
+            marks: Default::default(),
+        }
+    }
+
+    #[test]
+    fn r_di_4_an_attempt_opens_its_own_subscriptions_secret_or_credential_in_memory() {
+        let keyring =
+            Keyring::parse(&Keyring::generate_spec("k1").expect("spec")).expect("keyring");
+        let mut queue = subscription(SinkKind::Rabbitmq);
+        let cred = Credential::Rabbitmq {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        assert!(open(&keyring, &queue, 0).is_err(), "no credential yet");
+        queue.secret = Some(
+            keyring
+                .seal(&cred.to_bytes(), &binding(&queue))
+                .expect("seal"),
+        );
+        match open(&keyring, &queue, 0) {
+            Ok(Material::Credential(c)) => assert_eq!(c, cred),
+            other => panic!("expected the credential, got {other:?}"),
+        }
+        let mut hook = subscription(SinkKind::Webhook);
+        let secret = keyring.new_signing_secret().expect("secret");
+        hook.secret = Some(
+            keyring
+                .seal(secret.0.as_bytes(), &binding(&hook))
+                .expect("seal"),
+        );
+        assert!(matches!(open(&keyring, &hook, 0), Ok(Material::Signing(_))));
+        // A sealed value copied onto another subscription does not open there.
+        let mut other = subscription(SinkKind::Rabbitmq);
+        other.secret = queue.secret.clone();
+        let refused = open(&keyring, &other, 0).expect_err("bound to its subscription");
+        assert_eq!(refused.error_class, Some(ErrorClass::SecretUnavailable));
+    }
+}

@@ -231,4 +231,47 @@ mod tests {
             "`after` reads without the position"
         );
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_in_8_a_reader_paging_while_ingest_writes_never_skips_an_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = std::sync::Arc::new(
+            crate::store::embedded::EmbeddedStore::open(&dir.path().join("hub.redb"))
+                .expect("store"),
+        );
+        let writer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..40 {
+                    let batch = crate::store::IngestBatch {
+                        events: (0..5).map(|_| event("t", "a.b")).collect(),
+                        ..Default::default()
+                    };
+                    store
+                        .write_batch(
+                            &crate::store::UnitId::new("http:lender", 0),
+                            crate::store::Fence::UNFENCED,
+                            std::sync::Arc::new(batch),
+                        )
+                        .await
+                        .expect("written");
+                }
+            })
+        };
+        let sub = pull_sub(&[]);
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while seen.len() < 200 && std::time::Instant::now() < deadline {
+            let page = read_page(&*store, &sub, None, 3).await.expect("page");
+            seen.extend(page.items.iter().map(|e| e.seq));
+        }
+        writer.await.expect("writer");
+        let rest = read_page(&*store, &sub, None, 1000).await.expect("page");
+        seen.extend(rest.items.iter().map(|e| e.seq));
+        assert_eq!(
+            seen,
+            (1..=200).collect::<Vec<u64>>(),
+            "gap-free, in order, once"
+        );
+    }
 }

@@ -17,29 +17,21 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 
 use self::endpoint::BusTarget;
 use self::entry::{detail, size, MAX_ENTRY_BYTES, SOURCE};
-use crate::sink::aws::{by_code, classify, AwsSettings, Cache, Keys};
+use crate::sink::aws::{by_code, classify, AwsClients, AwsSettings, Keys};
 use crate::sink::outcome::{ErrorClass, Outcome};
 use crate::sink::EventOut;
 
 /// The EventBridge client of a process: cheap to clone.
 #[derive(Debug, Clone)]
 pub struct EventBridgeSink {
-    settings: Arc<AwsSettings>,
-    clients: Cache<aws_sdk_eventbridge::Client>,
+    clients: AwsClients<aws_sdk_eventbridge::Client>,
 }
 
 impl EventBridgeSink {
     pub fn new(settings: Arc<AwsSettings>) -> Self {
         Self {
-            settings,
-            clients: Cache::default(),
+            clients: AwsClients::new(settings),
         }
-    }
-
-    fn client(&self, region: &str, keys: Keys<'_>) -> aws_sdk_eventbridge::Client {
-        self.clients.get_or(keys.digest(region), || {
-            aws_sdk_eventbridge::Client::new(&self.settings.sdk_config(region, keys))
-        })
     }
 
     /// Puts one event; every failure is an `Outcome`.
@@ -64,7 +56,8 @@ impl EventBridgeSink {
             .detail(detail)
             .build();
         let answer = self
-            .client(&target.region, keys)
+            .clients
+            .get(&target.region, keys, aws_sdk_eventbridge::Client::new)
             .put_events()
             .entries(entry)
             .send()

@@ -83,8 +83,9 @@ impl RabbitSink {
             Ok(t) => t,
             Err(why) => return Outcome::refused(ErrorClass::InvalidEndpoint, why),
         };
-        let key = key_of(&target.uri(username, password));
-        let link = match self.link(&target, key, username, password).await {
+        let uri = target.uri(username, password);
+        let key = key_of(&uri);
+        let link = match self.link(&target, key, &uri, password).await {
             Ok(l) => l,
             Err(outcome) => return outcome.took(started),
         };
@@ -104,7 +105,7 @@ impl RabbitSink {
         &self,
         target: &RabbitTarget,
         key: [u8; 32],
-        username: &str,
+        uri: &str,
         password: &str,
     ) -> Result<Arc<Link>, Outcome> {
         if let Some(l) = self.links.lock().await.get(&key) {
@@ -113,9 +114,8 @@ impl RabbitSink {
             }
         }
         self.check_destination(target).await?;
-        let uri = target.uri(username, password);
         let connect = async {
-            let connection = Connection::connect(&uri, ConnectionProperties::default()).await?;
+            let connection = Connection::connect(uri, ConnectionProperties::default()).await?;
             let channel = connection.create_channel().await?;
             channel
                 .confirm_select(ConfirmSelectOptions::default())

@@ -17,29 +17,21 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 
 use self::endpoint::SqsTarget;
 use self::message::{SqsMessage, MAX_MESSAGE_BYTES};
-use crate::sink::aws::{classify, AwsSettings, Cache, Keys};
+use crate::sink::aws::{classify, AwsClients, AwsSettings, Keys};
 use crate::sink::outcome::{ErrorClass, Outcome};
 use crate::sink::EventOut;
 
 /// The SQS client of a process: cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SqsSink {
-    settings: Arc<AwsSettings>,
-    clients: Cache<aws_sdk_sqs::Client>,
+    clients: AwsClients<aws_sdk_sqs::Client>,
 }
 
 impl SqsSink {
     pub fn new(settings: Arc<AwsSettings>) -> Self {
         Self {
-            settings,
-            clients: Cache::default(),
+            clients: AwsClients::new(settings),
         }
-    }
-
-    fn client(&self, region: &str, keys: Keys<'_>) -> aws_sdk_sqs::Client {
-        self.clients.get_or(keys.digest(region), || {
-            aws_sdk_sqs::Client::new(&self.settings.sdk_config(region, keys))
-        })
     }
 
     /// Sends one event; every failure is an `Outcome`.
@@ -60,9 +52,10 @@ impl SqsSink {
             );
         }
         let mut call = self
-            .client(&target.region, keys)
+            .clients
+            .get(&target.region, keys, aws_sdk_sqs::Client::new)
             .send_message()
-            .queue_url(target.queue_url(self.settings.endpoint_url.as_deref()))
+            .queue_url(target.queue_url(self.clients.settings.endpoint_url.as_deref()))
             .message_body(message.body);
         for (name, value) in message.attributes {
             let attribute = MessageAttributeValue::builder()
