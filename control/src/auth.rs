@@ -437,7 +437,7 @@ mod tests {
             .expect("valid");
         assert_eq!(p.tenant, "t-1");
         assert!(p.require(Permission::Get).is_ok());
-        assert_eq!(p.require(Permission::Post).expect_err("403").status, 403);
+        assert_eq!(p.require(Permission::Post).expect_err("403").status(), 403);
     }
 
     #[test]
@@ -465,7 +465,7 @@ mod tests {
             ),
         ] {
             let err = v.verify(header.as_deref()).expect_err(why);
-            assert_eq!(err.status, 401, "{why}");
+            assert_eq!(err.status(), 401, "{why}");
         }
     }
 
@@ -485,7 +485,7 @@ mod tests {
             verifier()
                 .verify(Some(&format!("Bearer {forged}")))
                 .expect_err("forged")
-                .status,
+                .status(),
             401
         );
         // alg "none" is never accepted.
@@ -504,7 +504,7 @@ mod tests {
             verifier()
                 .verify(Some(&format!("Bearer {none}")))
                 .expect_err("none")
-                .status,
+                .status(),
             401
         );
     }

@@ -9,7 +9,7 @@ use std::sync::RwLock;
 use serde::Deserialize;
 use serde_json::json;
 
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -145,8 +145,7 @@ impl Catalog {
             if !known {
                 let from = origin.map(|o| format!(" from {o}")).unwrap_or_default();
                 return Err(ApiError::new(
-                    422,
-                    "unknown_event_type",
+                    ErrorCode::UnknownEventType,
                     format!("{key} v{major}{from} is not in the catalog"),
                 ));
             }
@@ -195,7 +194,7 @@ mod tests {
         let e = c
             .check(&["loan.approved".into()], 3, &BTreeMap::new(), None)
             .expect_err("major");
-        assert_eq!((e.status, e.code), (422, "unknown_event_type"));
+        assert_eq!((e.status(), e.code.as_str()), (422, "unknown_event_type"));
         assert!(
             c.check(&["loan.approved".into()], 1, &BTreeMap::new(), Some("crm"))
                 .is_err(),

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::auth::{Principal, TokenVerifier};
 use crate::probe::ProbeKind;
 use crate::service::{Control, Mutation, Reply};
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -47,6 +47,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
             get(|| async { ([("content-type", "application/json")], OPENAPI) }),
         )
         .with_state(Api { control, verifier })
+        .layer(axum::middleware::map_response(hub_core::error::json_errors))
 }
 
 fn send(reply: Reply) -> Response {
@@ -94,8 +95,7 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
         .map(|b| b.to_vec())
         .map_err(|_| {
             ApiError::new(
-                413,
-                "payload_too_large",
+                ErrorCode::PayloadTooLarge,
                 format!("the body exceeds {MAX_BODY} bytes"),
             )
         })
@@ -324,4 +324,35 @@ async fn catalog(State(api): State<Api>, headers: HeaderMap) -> Response {
         |who| async move { control.catalog(&who).await },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OPENAPI;
+    use hub_core::error::ErrorCode;
+
+    /// R-CP-18, R-CP-19: the OpenAPI document lists every error code with the status the server
+    /// answers it with, and no code the server does not have.
+    #[test]
+    fn r_cp_19_the_openapi_document_lists_every_error_code() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("the document is JSON");
+        let table = &doc["components"]["schemas"]["Error"]["x-error-codes"];
+        let listed: std::collections::BTreeSet<&str> = table
+            .as_object()
+            .expect("x-error-codes")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let ours: std::collections::BTreeSet<&str> =
+            ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(listed, ours);
+        for code in ErrorCode::ALL {
+            let entry = &table[code.as_str()];
+            let statuses = [&entry["http_status"], &entry["http_status_when_it_happens"]];
+            assert!(
+                statuses.contains(&&serde_json::json!(code.http_status())),
+                "{code}: {entry}"
+            );
+        }
+    }
 }

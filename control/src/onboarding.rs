@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::auth::{Permission, Principal};
 use crate::probe::{after_probe, ProbeKind};
 use crate::service::{Control, Reply};
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::binding;
 use hub_core::model::{parse_object, Subscription, VerificationState};
 use hub_core::sink::credential::Credential;
@@ -75,8 +75,7 @@ impl Control {
 /// 422 `destination_probe_failed` with the probe's classification (R-CP-6, R-CP-10).
 pub fn probe_failed(outcome: &Outcome) -> ApiError {
     let mut e = ApiError::new(
-        422,
-        "destination_probe_failed",
+        ErrorCode::DestinationProbeFailed,
         "the destination did not accept the probe; nothing was stored",
     );
     let mut extra = json!({});

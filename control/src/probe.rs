@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::auth::{Permission, Principal};
 use crate::service::{store_error, Control, Reply};
 use crate::store::ControlStoreError;
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{SinkKind, Subscription, VerificationState};
 use hub_core::sink::outcome::Outcome;
 use hub_core::sink::{EventOut, Material};
@@ -149,8 +149,7 @@ impl Control {
             }
         }
         Err(ApiError::new(
-            409,
-            "subscription_changed",
+            ErrorCode::SubscriptionContended,
             "the subscription kept changing; retry",
         ))
     }

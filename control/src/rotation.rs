@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::auth::{Permission, Principal};
 use crate::service::{write_outcome, Control, Mutation, Outcome, Reply};
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{binding, rfc3339, SinkKind};
 use hub_core::sink::webhook::secrets::SigningSecrets;
 
@@ -26,8 +26,7 @@ impl Control {
             };
             if current.sink_kind != SinkKind::Webhook {
                 return Outcome::Refused(ApiError::new(
-                    422,
-                    "rotation_unsupported",
+                    ErrorCode::RotationUnsupported,
                     format!("a {} subscription has no signing secret", current.sink_kind),
                 ));
             }

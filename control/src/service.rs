@@ -14,7 +14,7 @@ use crate::auth::{Permission, Principal};
 use crate::catalog::Catalog;
 use crate::store::{ControlStore, ControlStoreError, IdemBegin, IdemTimes, StoredResponse};
 use hub_core::destination::{check_endpoint, DestinationPolicy, Resolver};
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{
     binding, parse_object, validate_create, validate_edit, Subscription, VerificationState,
 };
@@ -54,7 +54,7 @@ impl Reply {
 impl From<ApiError> for Reply {
     fn from(e: ApiError) -> Self {
         Self {
-            status: e.status,
+            status: e.status(),
             headers: vec![("content-type".into(), "application/json".into())],
             body: e.body(),
         }
@@ -74,13 +74,11 @@ pub(crate) enum Outcome {
 pub(crate) fn store_error(e: ControlStoreError) -> ApiError {
     match e {
         ControlStoreError::NameTaken => ApiError::new(
-            409,
-            "subscription_name_taken",
+            ErrorCode::SubscriptionNameTaken,
             "another subscription of this tenant has that name",
         ),
         ControlStoreError::Conflict => ApiError::new(
-            412,
-            "subscription_changed",
+            ErrorCode::SubscriptionChanged,
             "the subscription changed since it was read",
         ),
         ControlStoreError::NotFound => ApiError::not_found(),
@@ -240,8 +238,11 @@ impl Control {
         Fut: std::future::Future<Output = Outcome>,
     {
         let Some(key) = m.key else {
-            return ApiError::new(400, "missing_idempotency_key", "X-Idempotency is required")
-                .into();
+            return ApiError::new(
+                ErrorCode::MissingIdempotencyKey,
+                "X-Idempotency is required",
+            )
+            .into();
         };
         if !valid_key(key) {
             return ApiError::bad_request(
@@ -273,31 +274,27 @@ impl Control {
             }
             Ok(IdemBegin::InFlight) => {
                 return ApiError::new(
-                    409,
-                    "idempotency_conflict",
+                    ErrorCode::IdempotencyConflict,
                     "a request with this key is still running",
                 )
                 .into()
             }
             Ok(IdemBegin::Mismatch) => {
                 return ApiError::new(
-                    409,
-                    "idempotency_conflict",
+                    ErrorCode::IdempotencyConflict,
                     "this key was used for a different request",
                 )
                 .into()
             }
             Ok(IdemBegin::Unrecorded) => return ApiError::new(
-                409,
-                "idempotency_outcome_unrecorded",
+                ErrorCode::IdempotencyOutcomeUnrecorded,
                 "an earlier request with this key may have taken effect without a recorded outcome",
             )
             .into(),
         }
         let unrecorded = || {
             ApiError::new(
-                500,
-                "idempotency_outcome_unrecorded",
+                ErrorCode::IdempotencyOutcomeUnrecordedNow,
                 "the change may have taken effect, but its outcome could not be recorded",
             )
         };
@@ -333,7 +330,7 @@ impl Control {
                 e.into()
             }
             Outcome::Unknown(e) => {
-                tracing::warn!(code = e.code, message = %e.message, "a write's outcome is unknown");
+                tracing::warn!(code = e.code.as_str(), message = %e.message, "a write's outcome is unknown");
                 let _ = self
                     .store
                     .idem_unrecorded(&who.tenant, key, (self.now_ms)())
@@ -638,8 +635,7 @@ impl Control {
             };
             if !current.enabled && !current.paused {
                 return ApiError::new(
-                    409,
-                    "subscription_stopped_by_hub",
+                    ErrorCode::SubscriptionStoppedByHub,
                     "the hub stopped this subscription; verify it to re-enable",
                 )
                 .into();
@@ -664,8 +660,7 @@ impl Control {
             }
         }
         ApiError::new(
-            409,
-            "subscription_changed",
+            ErrorCode::SubscriptionContended,
             "the subscription kept changing; retry",
         )
         .into()
@@ -693,7 +688,7 @@ mod tests {
         for bad in ["a-1", "\"a", "\"a\"b\"", ""] {
             assert_eq!(
                 if_match_tags(bad).expect_err(bad).code,
-                "bad_request",
+                ErrorCode::BadRequest,
                 "{bad}"
             );
         }

@@ -560,6 +560,27 @@ async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing(store: Stor
     );
 }
 
+/// R-CP-18: what the HTTP framework answers by itself — a query it cannot read, an unknown route,
+/// a method a route does not take — is the error shape with a code, like every other error.
+async fn r_cp_18_framework_refusals_are_the_error_shape(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    for (method, path, status, code) in [
+        ("GET", "/v1/subscriptions?limit=many", 400, "bad_request"),
+        ("GET", "/v1/no-such-route", 404, "route_not_found"),
+        ("PUT", "/v1/catalog", 405, "method_not_allowed"),
+    ] {
+        let r = call(&hub, method, path, Some(&tok), &[], "").await;
+        assert_eq!(r.status.as_u16(), status, "{method} {path}");
+        assert_eq!(r.json["code"], code, "{method} {path}: {:?}", r.raw);
+        assert!(r.json["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert_eq!(
+            r.headers.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+    }
+}
+
 async fn r_cp_19_the_openapi_document_is_served_and_names_every_route(store: Store) {
     let hub = hub(store).await;
     let doc = call(&hub, "GET", "/v1/openapi.json", None, &[], "").await;
@@ -692,5 +713,6 @@ on_both_stores!(
     r_cp_11_pause_and_resume_are_repeatable,
     r_sec_2_destinations_are_checked_before_any_write,
     bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing,
+    r_cp_18_framework_refusals_are_the_error_shape,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,
 );

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::model::SinkKind;
 
 /// Why an address is refused, or `None` for a public unicast address.
@@ -197,14 +197,13 @@ impl DestinationPolicy {
 
 fn not_allowed(why: &str) -> ApiError {
     ApiError::new(
-        422,
-        "destination_not_allowed",
+        ErrorCode::DestinationNotAllowed,
         format!("the destination is {why}"),
     )
 }
 
 fn invalid_endpoint(why: impl Into<String>) -> ApiError {
-    ApiError::new(422, "invalid_endpoint", why)
+    ApiError::new(ErrorCode::InvalidEndpoint, why)
 }
 
 /// Checks `endpoint` for a subscription of `kind`: its shape, then every address it names or
@@ -290,16 +289,14 @@ pub async fn check_endpoint(
         Some(ip) => vec![ip],
         None => resolver.resolve(&host, port).await.map_err(|e| match e {
             ResolveError::NotFound => ApiError::new(
-                422,
-                "destination_unresolvable",
+                ErrorCode::DestinationUnresolvable,
                 format!("{host} does not resolve"),
             ),
             ResolveError::Unavailable => {
-                ApiError::new(503, "dns_unavailable", "the resolver failed; retry")
+                ApiError::new(ErrorCode::DnsUnavailable, "the resolver failed; retry")
             }
             ResolveError::Timeout => ApiError::new(
-                504,
-                "dns_timeout",
+                ErrorCode::DnsTimeout,
                 "the resolver did not answer in time; retry",
             ),
         })?,
@@ -394,7 +391,7 @@ mod tests {
 
     #[tokio::test]
     async fn r_sec_2_endpoint_rules_and_resolver_outcomes() {
-        let code = |r: Result<(), ApiError>| r.map_or_else(|e| e.code, |_| "ok");
+        let code = |r: Result<(), ApiError>| r.map_or_else(|e| e.code.as_str(), |_| "ok");
         assert_eq!(
             code(check(SinkKind::Webhook, "https://example.com/hook", public()).await),
             "ok"
@@ -431,7 +428,10 @@ mod tests {
         )
         .await
         .expect_err("nx");
-        assert_eq!((e.status, e.code), (422, "destination_unresolvable"));
+        assert_eq!(
+            (e.status(), e.code.as_str()),
+            (422, "destination_unresolvable")
+        );
         let e = check(
             SinkKind::Webhook,
             "https://a.example/",
@@ -439,7 +439,7 @@ mod tests {
         )
         .await
         .expect_err("503");
-        assert_eq!((e.status, e.code), (503, "dns_unavailable"));
+        assert_eq!((e.status(), e.code.as_str()), (503, "dns_unavailable"));
         let e = check(
             SinkKind::Webhook,
             "https://a.example/",
@@ -447,7 +447,7 @@ mod tests {
         )
         .await
         .expect_err("504");
-        assert_eq!((e.status, e.code), (504, "dns_timeout"));
+        assert_eq!((e.status(), e.code.as_str()), (504, "dns_timeout"));
         assert_eq!(
             code(
                 check(

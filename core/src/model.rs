@@ -518,7 +518,7 @@ mod tests {
     }
 
     fn code(r: Result<impl std::fmt::Debug, ApiError>) -> (u16, &'static str) {
-        r.map_or_else(|e| (e.status, e.code), |_| (200, "ok"))
+        r.map_or_else(|e| (e.status(), e.code.as_str()), |_| (200, "ok"))
     }
 
     #[test]

@@ -150,10 +150,7 @@ fn headers_out(h: &[RawHeader]) -> Vec<HeaderOut> {
 
 fn unavailable(e: impl std::fmt::Display) -> (StatusCode, Json<serde_json::Value>) {
     tracing::error!(error = %e, "store read failed");
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({"code": "store_unavailable", "message": "store unavailable"})),
-    )
+    ApiError::unavailable("store unavailable").as_reply()
 }
 
 type Answer = Result<Json<serde_json::Value>, (StatusCode, Json<serde_json::Value>)>;

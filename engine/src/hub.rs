@@ -150,7 +150,8 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         tokio.spawn(async move {
             let app = router(api, http, operators)
                 .merge(control)
-                .merge(delivery_routes);
+                .merge(delivery_routes)
+                .layer(axum::middleware::map_response(hub_core::error::json_errors));
             let shutdown = async move {
                 while !stop.load(Ordering::Acquire) {
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use hub_control::auth::Permission;
-use hub_core::error::ApiError;
+use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{SinkKind, Subscription};
 
 use crate::delivery::marks::MARK_EVERY_MS;
@@ -39,8 +39,7 @@ pub async fn events(
     };
     if sub.sink_kind != SinkKind::Pull {
         return ApiError::new(
-            422,
-            "not_a_pull_subscription",
+            ErrorCode::NotAPullSubscription,
             format!(
                 "a {} subscription is delivered by push, not read",
                 sub.sink_kind
@@ -191,7 +190,7 @@ mod tests {
             q(&[("limit", "1001")]),
             q(&[("cursor", "x")]),
         ] {
-            assert_eq!(paging(&bad).map_err(|e| e.status), Err(400));
+            assert_eq!(paging(&bad).map_err(|e| e.status()), Err(400));
         }
     }
 }

@@ -134,7 +134,7 @@ mod tests {
         ];
         for (kind, body) in refused {
             let e = Credential::parse(kind, &obj(body.clone())).expect_err("refused");
-            assert_eq!(e.status, 422, "{kind} {body}");
+            assert_eq!(e.status(), 422, "{kind} {body}");
             assert!(!e.message.contains("hunter2"), "no secret in errors");
         }
     }

@@ -10,6 +10,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 
+use hub_core::error::{ApiError, ErrorCode};
+
 use super::jobs::JobRouting;
 use super::{distinct_keys, judge_into, Judged, KeyObserver, RecordIn};
 use crate::store::{Fence, IngestBatch, Store, UnitId};
@@ -74,12 +76,8 @@ pub async fn ingest(
         }
         Err(e) => {
             tracing::error!(error = %e, "http ingest: store write failed");
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(
-                    json!({"code": "store_unavailable", "message": "the event was not stored; retry"}),
-                ),
-            );
+            let e = ApiError::unavailable("the event was not stored; retry");
+            return e.as_reply();
         }
     };
     match judged {
@@ -101,9 +99,10 @@ pub async fn ingest(
             StatusCode::ACCEPTED,
             Json(json!({"verdict": "dropped", "reason": "system_event"})),
         ),
-        Judged::Quarantined { reason, detail } => (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"code": "quarantined", "reason": reason, "message": detail})),
-        ),
+        Judged::Quarantined { reason, detail } => {
+            let mut e = ApiError::new(ErrorCode::Quarantined, detail);
+            e.extra = Some(json!({ "reason": reason }));
+            e.as_reply()
+        }
     }
 }

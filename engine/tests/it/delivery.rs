@@ -306,6 +306,32 @@ pub(crate) async fn eventually(limit: Duration, mut check: impl FnMut() -> bool)
     }
 }
 
+/// Waits while `count` keeps growing toward `target`: true once it gets there; false when it
+/// made no progress for `stall` (work lost or stuck) or `cap` passed. A slow machine only makes
+/// it wait longer; a lost job still fails it, after `stall`.
+pub(crate) async fn progresses_to(
+    target: usize,
+    stall: Duration,
+    cap: Duration,
+    count: impl Fn() -> usize,
+) -> bool {
+    let deadline = Instant::now() + cap;
+    let (mut last, mut moved_at) = (count(), Instant::now());
+    loop {
+        let now_count = count();
+        if now_count >= target {
+            return true;
+        }
+        if now_count != last {
+            (last, moved_at) = (now_count, Instant::now());
+        }
+        if moved_at.elapsed() > stall || Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn ids_on(receiver: &Receiver, path: &str) -> HashSet<String> {
     receiver
         .received()
