@@ -12,9 +12,10 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use serde::Deserialize;
 
+use crate::answer::{Answer, Done, Served};
 use crate::auth::{Principal, TokenVerifier};
 use crate::probe::ProbeKind;
-use crate::service::{Control, Mutation, Reply};
+use crate::service::{Control, Mutation};
 use hub_core::error::{ApiError, ErrorCode};
 
 /// Largest request body accepted.
@@ -50,13 +51,40 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .layer(axum::middleware::map_response(hub_core::error::json_errors))
 }
 
-fn send(reply: Reply) -> Response {
-    let mut response = Response::new(Body::from(reply.body));
-    *response.status_mut() =
-        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    for (k, v) in reply.headers {
-        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
-            response.headers_mut().append(k, v);
+/// Renders an operation's result as REST: the status of what was done (or of the error's code),
+/// the ETag and location as headers, the view as JSON.
+fn send(served: Served) -> Response {
+    let answer: Answer = match served {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    let status = match answer.done {
+        Done::Created => StatusCode::CREATED,
+        Done::Ok => StatusCode::OK,
+        Done::Deleted => StatusCode::NO_CONTENT,
+    };
+    let mut response = match &answer.body {
+        Some(body) => {
+            let mut r = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
+            r.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        None => Response::new(Body::empty()),
+    };
+    *response.status_mut() = status;
+    let headers = [
+        ("etag", answer.etag.as_deref()),
+        ("location", answer.location.as_deref()),
+        ("x-idempotency-replayed", answer.replayed.then_some("true")),
+    ];
+    for (name, value) in headers {
+        if let Some(v) = value.and_then(|v| HeaderValue::try_from(v).ok()) {
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(name), v);
         }
     }
     response
@@ -81,7 +109,7 @@ fn principal(api: &Api, headers: &HeaderMap) -> Result<Principal, ApiError> {
 async fn authenticated<F, Fut>(api: &Api, headers: &HeaderMap, f: F) -> Response
 where
     F: FnOnce(Principal) -> Fut,
-    Fut: std::future::Future<Output = Reply>,
+    Fut: std::future::Future<Output = Served>,
 {
     match principal(api, headers) {
         Ok(who) => send(f(who).await),
@@ -105,7 +133,7 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
 async fn mutation<F, Fut>(api: Api, headers: HeaderMap, body: Body, path: String, f: F) -> Response
 where
     F: FnOnce(Api, Principal, Option<String>, Vec<u8>, String) -> Fut,
-    Fut: std::future::Future<Output = Reply>,
+    Fut: std::future::Future<Output = Served>,
 {
     let prepared = (|| {
         let who = principal(&api, &headers)?;

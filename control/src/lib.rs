@@ -3,6 +3,7 @@
 //! validation) → `model` / `destination` / `catalog` / `secrets` (pure checks and sealing) →
 //! `store` (subscriptions, revision log, idempotency records).
 
+pub mod answer;
 pub mod auth;
 pub mod catalog;
 pub mod config;

@@ -7,9 +7,10 @@
 
 use serde_json::json;
 
+use crate::answer::{Answer, Served};
 use crate::auth::{Permission, Principal};
 use crate::probe::{after_probe, ProbeKind};
-use crate::service::{Control, Reply};
+use crate::service::Control;
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::binding;
 use hub_core::model::{parse_object, Subscription, VerificationState};
@@ -19,26 +20,26 @@ use hub_core::sink::Material;
 
 impl Control {
     /// `PUT /v1/subscriptions/:id/credential`.
-    pub async fn put_credential(&self, who: &Principal, id: &str, body: &[u8]) -> Reply {
+    pub async fn put_credential(&self, who: &Principal, id: &str, body: &[u8]) -> Served {
         if let Err(e) = who.require(Permission::Post) {
-            return e.into();
+            return Err(e);
         }
         let sub = match self.live(who, id).await {
             Ok(s) => s,
-            Err(e) => return e.into(),
+            Err(e) => return Err(e),
         };
         let credential = match parse_object(body).and_then(|b| Credential::parse(sub.sink_kind, &b))
         {
             Ok(c) => c,
-            Err(e) => return e.into(),
+            Err(e) => return Err(e),
         };
         let material = Material::Credential(credential);
         let outcome = self.probe_destination(&sub, Some(&material)).await;
         if !outcome.success {
-            return probe_failed(&outcome).into();
+            return Err(probe_failed(&outcome));
         }
         let Material::Credential(credential) = material else {
-            return ApiError::internal("credential lost").into();
+            return Err(ApiError::internal("credential lost"));
         };
         let was_pending = sub.verification_state == VerificationState::PendingVerification;
         match self.store_credential(sub, &credential, &outcome).await {
@@ -46,9 +47,9 @@ impl Control {
                 if was_pending && stored.verification_state == VerificationState::Active {
                     self.announce_verified(&stored);
                 }
-                Reply::json(200, &stored.view()).with_etag(&stored)
+                Ok(Answer::ok(stored.view()).with_etag(&stored))
             }
-            Err(e) => e.into(),
+            Err(e) => Err(e),
         }
     }
 

@@ -9,8 +9,9 @@ use bytes::Bytes;
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::answer::{Answer, Served};
 use crate::auth::{Permission, Principal};
-use crate::service::{store_error, Control, Reply};
+use crate::service::{store_error, Control};
 use crate::store::ControlStoreError;
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{SinkKind, Subscription, VerificationState};
@@ -34,19 +35,19 @@ pub enum ProbeKind {
 
 impl Control {
     /// `POST /v1/subscriptions/:id/ping` or `…/verify`.
-    pub async fn probe(&self, who: &Principal, id: &str, kind: ProbeKind) -> Reply {
+    pub async fn probe(&self, who: &Principal, id: &str, kind: ProbeKind) -> Served {
         if let Err(e) = who.require(Permission::Post) {
-            return e.into();
+            return Err(e);
         }
         let sub = match self.live(who, id).await {
             Ok(s) => s,
-            Err(e) => return e.into(),
+            Err(e) => return Err(e),
         };
         let outcome = self.probe_destination(&sub, None).await;
         let was_pending = sub.verification_state == VerificationState::PendingVerification;
         let recorded = match self.record_probe(sub, kind, &outcome).await {
             Ok(s) => s,
-            Err(e) => return e.into(),
+            Err(e) => return Err(e),
         };
         if was_pending && recorded.verification_state == VerificationState::Active {
             self.announce_verified(&recorded);
@@ -66,7 +67,7 @@ impl Control {
         if !outcome.detail.is_empty() {
             body["detail"] = outcome.detail.clone().into();
         }
-        Reply::json(200, &body)
+        Ok(Answer::ok(body))
     }
 
     /// One synthetic delivery to the subscription's destination through its sink: with

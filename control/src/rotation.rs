@@ -7,17 +7,18 @@
 
 use serde_json::json;
 
+use crate::answer::{Answer, Served};
 use crate::auth::{Permission, Principal};
-use crate::service::{write_outcome, Control, Mutation, Outcome, Reply};
+use crate::service::{write_outcome, Control, Mutation, Outcome};
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{binding, rfc3339, SinkKind};
 use hub_core::sink::webhook::secrets::SigningSecrets;
 
 impl Control {
     /// `POST /v1/subscriptions/:id/secret/rotate`.
-    pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Reply {
+    pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
         if let Err(e) = who.require(Permission::Post) {
-            return e.into();
+            return Err(e);
         }
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {
@@ -62,7 +63,7 @@ impl Control {
             let overlap_until = rotated.previous_until_ms.map(rfc3339);
             // The one time the new secret leaves the hub (R-SEC-1).
             let body = json!({"secret": fresh.0, "overlapUntil": overlap_until});
-            Outcome::Written(Reply::json(200, &body).with_etag(&next))
+            Outcome::Written(Answer::ok(body).with_etag(&next))
         })
         .await
     }

@@ -1,5 +1,6 @@
-//! The service layer: every `/v1` operation with its rules, independent of the transport (REST now;
-//! GraphQL and gRPC later map onto the same calls and the same `ApiError` codes).
+//! The service layer: every `/v1` operation with its rules, independent of the transport. Each
+//! operation takes typed input and answers [`Served`]: an [`Answer`] (what was done, the view, its
+//! ETag) or an `ApiError` with its code. REST (`http.rs`) and GraphQL (`graphql/`) render it.
 //!
 //! Order inside a mutation: permission → idempotency key → validation → destination and catalog
 //! checks → one store write → recorded response. Nothing is written before every check passes.
@@ -10,6 +11,7 @@ use ring::digest::{digest, SHA256};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::answer::{recorded, Answer, Served};
 use crate::auth::{Permission, Principal};
 use crate::catalog::Catalog;
 use crate::store::{ControlStore, ControlStoreError, IdemBegin, IdemTimes, StoredResponse};
@@ -20,51 +22,10 @@ use hub_core::model::{
 };
 use hub_core::secrets::Keyring;
 
-/// A response as the transport sends it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Reply {
-    pub(crate) fn json(status: u16, body: &Value) -> Self {
-        Self {
-            status,
-            headers: vec![("content-type".into(), "application/json".into())],
-            body: serde_json::to_vec(body).unwrap_or_default(),
-        }
-    }
-
-    fn empty(status: u16) -> Self {
-        Self {
-            status,
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
-    }
-
-    pub(crate) fn with_etag(mut self, sub: &Subscription) -> Self {
-        self.headers.push(("etag".into(), sub.etag()));
-        self
-    }
-}
-
-impl From<ApiError> for Reply {
-    fn from(e: ApiError) -> Self {
-        Self {
-            status: e.status(),
-            headers: vec![("content-type".into(), "application/json".into())],
-            body: e.body(),
-        }
-    }
-}
-
 /// The outcome of a mutation's body: whether anything may have been written matters to the
 /// idempotency record.
 pub(crate) enum Outcome {
-    Written(Reply),
+    Written(Answer),
     /// Refused before any write: the key is released.
     Refused(ApiError),
     /// The store failed during the write: it may or may not have committed.
@@ -232,23 +193,26 @@ fn if_match_tags(value: &str) -> Result<Vec<String>, ApiError> {
 
 impl Control {
     /// Runs `op` under the request's idempotency key (R-CP-13).
-    pub(crate) async fn idempotent<F, Fut>(&self, who: &Principal, m: &Mutation<'_>, op: F) -> Reply
+    pub(crate) async fn idempotent<F, Fut>(
+        &self,
+        who: &Principal,
+        m: &Mutation<'_>,
+        op: F,
+    ) -> Served
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Outcome>,
     {
         let Some(key) = m.key else {
-            return ApiError::new(
+            return Err(ApiError::new(
                 ErrorCode::MissingIdempotencyKey,
                 "X-Idempotency is required",
-            )
-            .into();
+            ));
         };
         if !valid_key(key) {
-            return ApiError::bad_request(
+            return Err(ApiError::bad_request(
                 "X-Idempotency must be 1 to 255 visible ASCII characters",
-            )
-            .into();
+            ));
         }
         let print = fingerprint(m);
         let times = IdemTimes {
@@ -257,40 +221,25 @@ impl Control {
             stale_ms: self.idem.stale_ms,
         };
         match self.store.idem_begin(&who.tenant, key, print, times).await {
-            Err(e) => return store_error(e).into(),
+            Err(e) => return Err(store_error(e)),
             Ok(IdemBegin::Fresh) => {}
-            Ok(IdemBegin::Replay(r)) => {
-                let body = match self.open_recorded(&who.tenant, key, r.body) {
-                    Ok(b) => b,
-                    Err(e) => return e.into(),
-                };
-                let mut headers = r.headers;
-                headers.push(("x-idempotency-replayed".into(), "true".into()));
-                return Reply {
-                    status: r.status,
-                    headers,
-                    body,
-                };
-            }
+            Ok(IdemBegin::Replay(r)) => return self.replayed(&who.tenant, key, r),
             Ok(IdemBegin::InFlight) => {
-                return ApiError::new(
+                return Err(ApiError::new(
                     ErrorCode::IdempotencyConflict,
                     "a request with this key is still running",
-                )
-                .into()
+                ))
             }
             Ok(IdemBegin::Mismatch) => {
-                return ApiError::new(
+                return Err(ApiError::new(
                     ErrorCode::IdempotencyConflict,
                     "this key was used for a different request",
-                )
-                .into()
+                ))
             }
-            Ok(IdemBegin::Unrecorded) => return ApiError::new(
+            Ok(IdemBegin::Unrecorded) => return Err(ApiError::new(
                 ErrorCode::IdempotencyOutcomeUnrecorded,
                 "an earlier request with this key may have taken effect without a recorded outcome",
-            )
-            .into(),
+            )),
         }
         let unrecorded = || {
             ApiError::new(
@@ -299,13 +248,18 @@ impl Control {
             )
         };
         match op().await {
-            Outcome::Written(reply) => {
+            Outcome::Written(answer) => {
                 let now = (self.now_ms)();
-                let recorded = match self.seal_recorded(&who.tenant, key, &reply.body) {
+                let plain = answer
+                    .body
+                    .as_ref()
+                    .map(|b| serde_json::to_vec(b).unwrap_or_default())
+                    .unwrap_or_default();
+                let recorded = match self.seal_recorded(&who.tenant, key, &plain) {
                     Some(body) => {
                         let stored = StoredResponse {
-                            status: reply.status,
-                            headers: reply.headers.clone(),
+                            status: recorded::code(answer.done),
+                            headers: recorded::headers(&answer),
                             body,
                         };
                         self.store
@@ -316,10 +270,10 @@ impl Control {
                     None => Err(()),
                 };
                 match recorded {
-                    Ok(()) => reply,
+                    Ok(()) => Ok(answer),
                     Err(_) => {
                         let _ = self.store.idem_unrecorded(&who.tenant, key, now).await;
-                        unrecorded().into()
+                        Err(unrecorded())
                     }
                 }
             }
@@ -327,7 +281,7 @@ impl Control {
                 // Nothing was written: the key may be used again. If even that fails, the
                 // in-flight mark goes stale and later sends learn the outcome is unrecorded.
                 let _ = self.store.idem_release(&who.tenant, key).await;
-                e.into()
+                Err(e)
             }
             Outcome::Unknown(e) => {
                 tracing::warn!(code = e.code.as_str(), message = %e.message, "a write's outcome is unknown");
@@ -335,9 +289,27 @@ impl Control {
                     .store
                     .idem_unrecorded(&who.tenant, key, (self.now_ms)())
                     .await;
-                unrecorded().into()
+                Err(unrecorded())
             }
         }
+    }
+
+    /// The recorded answer of an earlier request with this key.
+    fn replayed(&self, tenant: &str, key: &str, r: StoredResponse) -> Served {
+        let body = self.open_recorded(tenant, key, r.body)?;
+        let body = (!body.is_empty())
+            .then(|| serde_json::from_slice(&body))
+            .transpose()
+            .map_err(|_| ApiError::internal("the recorded response could not be read"))?;
+        let mut answer = Answer {
+            done: recorded::done(r.status),
+            body,
+            etag: None,
+            location: None,
+            replayed: true,
+        };
+        recorded::from_headers(&mut answer, r.headers);
+        Ok(answer)
     }
 
     /// A response as recorded for replays, sealed (R-SEC-1): a create's or rotation's answer
@@ -388,9 +360,9 @@ impl Control {
     }
 
     /// `POST /v1/subscriptions` (R-CP-3).
-    pub async fn create(&self, who: &Principal, m: Mutation<'_>) -> Reply {
+    pub async fn create(&self, who: &Principal, m: Mutation<'_>) -> Served {
         if let Err(e) = who.require(Permission::Post) {
-            return e.into();
+            return Err(e);
         }
         let body = m.body;
         self.idempotent(who, &m, || async {
@@ -465,33 +437,30 @@ impl Control {
                 // The one and only time the secret leaves the hub (R-CP-3, R-SEC-1).
                 obj.insert("secret".into(), Value::String(s.0));
             }
-            let mut reply = Reply::json(201, &view).with_etag(&sub);
-            reply
-                .headers
-                .push(("location".into(), format!("/v1/subscriptions/{id}")));
-            Outcome::Written(reply)
+            let location = format!("/v1/subscriptions/{id}");
+            Outcome::Written(Answer::created(view, location).with_etag(&sub))
         })
         .await
     }
 
     /// `GET /v1/subscriptions` with cursor pagination.
-    pub async fn list(&self, who: &Principal, cursor: Option<&str>, limit: Option<&str>) -> Reply {
+    pub async fn list(&self, who: &Principal, cursor: Option<&str>, limit: Option<&str>) -> Served {
         if let Err(e) = who.require(Permission::Get) {
-            return e.into();
+            return Err(e);
         }
         let after = match cursor.map(str::parse::<Uuid>).transpose() {
             Ok(a) => a,
-            Err(_) => return ApiError::bad_request("cursor is not one this API returned").into(),
+            Err(_) => return Err(ApiError::bad_request("cursor is not one this API returned")),
         };
         let limit = match limit.map(str::parse::<usize>).transpose() {
             Ok(l) => l.unwrap_or(50),
-            Err(_) => return ApiError::bad_request("limit must be a number").into(),
+            Err(_) => return Err(ApiError::bad_request("limit must be a number")),
         };
         if !(1..=200).contains(&limit) {
-            return ApiError::bad_request("limit is from 1 to 200").into();
+            return Err(ApiError::bad_request("limit is from 1 to 200"));
         }
         match self.store.list(&who.tenant, after, limit + 1).await {
-            Err(e) => store_error(e).into(),
+            Err(e) => Err(store_error(e)),
             Ok(mut subs) => {
                 let more = subs.len() > limit;
                 subs.truncate(limit);
@@ -503,19 +472,19 @@ impl Control {
                 if let Some(n) = next {
                     body["next_cursor"] = Value::String(n);
                 }
-                Reply::json(200, &body)
+                Ok(Answer::ok(body))
             }
         }
     }
 
     /// `GET /v1/subscriptions/:id`, with its ETag.
-    pub async fn get(&self, who: &Principal, id: &str) -> Reply {
+    pub async fn get(&self, who: &Principal, id: &str) -> Served {
         if let Err(e) = who.require(Permission::Get) {
-            return e.into();
+            return Err(e);
         }
         match self.live(who, id).await {
-            Ok(s) => Reply::json(200, &s.view()).with_etag(&s),
-            Err(e) => e.into(),
+            Ok(s) => Ok(Answer::ok(s.view()).with_etag(&s)),
+            Err(e) => Err(e),
         }
     }
 
@@ -526,13 +495,13 @@ impl Control {
         id: &str,
         if_match: Option<&str>,
         m: Mutation<'_>,
-    ) -> Reply {
+    ) -> Served {
         if let Err(e) = who.require(Permission::Patch) {
-            return e.into();
+            return Err(e);
         }
         let tags = match if_match.map(if_match_tags).transpose() {
             Ok(t) => t,
-            Err(e) => return e.into(),
+            Err(e) => return Err(e),
         };
         let body = m.body;
         self.idempotent(who, &m, || async {
@@ -592,7 +561,7 @@ impl Control {
             next.revision = current.revision + 1;
             next.updated_at_ms = (self.now_ms)();
             match self.write(&next, current.revision).await {
-                Ok(()) => Outcome::Written(Reply::json(200, &next.view()).with_etag(&next)),
+                Ok(()) => Outcome::Written(Answer::ok(next.view()).with_etag(&next)),
                 Err(e) => write_outcome(e),
             }
         })
@@ -600,9 +569,9 @@ impl Control {
     }
 
     /// `DELETE /v1/subscriptions/:id` (R-CP-16): soft delete; the name is free again.
-    pub async fn delete(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Reply {
+    pub async fn delete(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
         if let Err(e) = who.require(Permission::Delete) {
-            return e.into();
+            return Err(e);
         }
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {
@@ -615,7 +584,7 @@ impl Control {
             next.revision += 1;
             next.updated_at_ms = (self.now_ms)();
             match self.write(&next, current.revision).await {
-                Ok(()) => Outcome::Written(Reply::empty(204)),
+                Ok(()) => Outcome::Written(Answer::deleted()),
                 Err(e) => write_outcome(e),
             }
         })
@@ -624,24 +593,23 @@ impl Control {
 
     /// `POST …/pause` and `POST …/resume` (R-CP-11): no key, `subscriptions:post`, 200 without
     /// a body, a repeat is a no-op; a hub-stopped subscription answers 409.
-    pub async fn set_paused(&self, who: &Principal, id: &str, pause: bool) -> Reply {
+    pub async fn set_paused(&self, who: &Principal, id: &str, pause: bool) -> Served {
         if let Err(e) = who.require(Permission::Post) {
-            return e.into();
+            return Err(e);
         }
         for _ in 0..5 {
             let current = match self.live(who, id).await {
                 Ok(s) => s,
-                Err(e) => return e.into(),
+                Err(e) => return Err(e),
             };
             if !current.enabled && !current.paused {
-                return ApiError::new(
+                return Err(ApiError::new(
                     ErrorCode::SubscriptionStoppedByHub,
                     "the hub stopped this subscription; verify it to re-enable",
-                )
-                .into();
+                ));
             }
             if current.paused == pause {
-                return Reply::empty(200);
+                return Ok(Answer::ok_empty());
             }
             let mut next = current.clone();
             next.paused = pause;
@@ -654,25 +622,24 @@ impl Control {
             next.revision += 1;
             next.updated_at_ms = (self.now_ms)();
             match self.write(&next, current.revision).await {
-                Ok(()) => return Reply::empty(200),
+                Ok(()) => return Ok(Answer::ok_empty()),
                 Err(ControlStoreError::Conflict) => continue,
-                Err(e) => return store_error(e).into(),
+                Err(e) => return Err(store_error(e)),
             }
         }
-        ApiError::new(
+        Err(ApiError::new(
             ErrorCode::SubscriptionContended,
             "the subscription kept changing; retry",
-        )
-        .into()
+        ))
     }
 
     /// `GET /v1/catalog` (R-CP-15).
-    pub async fn catalog(&self, who: &Principal) -> Reply {
+    pub async fn catalog(&self, who: &Principal) -> Served {
         if let Err(e) = who.require(Permission::Get) {
-            return e.into();
+            return Err(e);
         }
         self.sync_catalog().await;
-        Reply::json(200, &self.catalog.list())
+        Ok(Answer::ok(self.catalog.list()))
     }
 }
 
