@@ -29,7 +29,9 @@ struct Api {
     verifier: Arc<TokenVerifier>,
 }
 
+/// `/v1` and `/graphql`: both transports over one service.
 pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
+    let graphql = crate::graphql::router(control.clone(), verifier.clone());
     Router::new()
         .route("/v1/subscriptions", get(list).post(create))
         .route(
@@ -48,6 +50,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
             get(|| async { ([("content-type", "application/json")], OPENAPI) }),
         )
         .with_state(Api { control, verifier })
+        .merge(graphql)
         .layer(axum::middleware::map_response(hub_core::error::json_errors))
 }
 

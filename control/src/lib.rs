@@ -7,6 +7,7 @@ pub mod answer;
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod graphql;
 pub mod http;
 pub mod onboarding;
 pub mod probe;

@@ -21,9 +21,7 @@ use hub_core::sink::Material;
 impl Control {
     /// `PUT /v1/subscriptions/:id/credential`.
     pub async fn put_credential(&self, who: &Principal, id: &str, body: &[u8]) -> Served {
-        if let Err(e) = who.require(Permission::Post) {
-            return Err(e);
-        }
+        who.require(Permission::Post)?;
         let sub = match self.live(who, id).await {
             Ok(s) => s,
             Err(e) => return Err(e),

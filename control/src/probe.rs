@@ -36,9 +36,7 @@ pub enum ProbeKind {
 impl Control {
     /// `POST /v1/subscriptions/:id/ping` or `…/verify`.
     pub async fn probe(&self, who: &Principal, id: &str, kind: ProbeKind) -> Served {
-        if let Err(e) = who.require(Permission::Post) {
-            return Err(e);
-        }
+        who.require(Permission::Post)?;
         let sub = match self.live(who, id).await {
             Ok(s) => s,
             Err(e) => return Err(e),

@@ -17,9 +17,7 @@ use hub_core::sink::webhook::secrets::SigningSecrets;
 impl Control {
     /// `POST /v1/subscriptions/:id/secret/rotate`.
     pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
-        if let Err(e) = who.require(Permission::Post) {
-            return Err(e);
-        }
+        who.require(Permission::Post)?;
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {
                 Ok(s) => s,

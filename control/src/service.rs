@@ -361,9 +361,7 @@ impl Control {
 
     /// `POST /v1/subscriptions` (R-CP-3).
     pub async fn create(&self, who: &Principal, m: Mutation<'_>) -> Served {
-        if let Err(e) = who.require(Permission::Post) {
-            return Err(e);
-        }
+        who.require(Permission::Post)?;
         let body = m.body;
         self.idempotent(who, &m, || async {
             let fields = match parse_object(body).and_then(|o| validate_create(&o)) {
@@ -445,9 +443,7 @@ impl Control {
 
     /// `GET /v1/subscriptions` with cursor pagination.
     pub async fn list(&self, who: &Principal, cursor: Option<&str>, limit: Option<&str>) -> Served {
-        if let Err(e) = who.require(Permission::Get) {
-            return Err(e);
-        }
+        who.require(Permission::Get)?;
         let after = match cursor.map(str::parse::<Uuid>).transpose() {
             Ok(a) => a,
             Err(_) => return Err(ApiError::bad_request("cursor is not one this API returned")),
@@ -479,9 +475,7 @@ impl Control {
 
     /// `GET /v1/subscriptions/:id`, with its ETag.
     pub async fn get(&self, who: &Principal, id: &str) -> Served {
-        if let Err(e) = who.require(Permission::Get) {
-            return Err(e);
-        }
+        who.require(Permission::Get)?;
         match self.live(who, id).await {
             Ok(s) => Ok(Answer::ok(s.view()).with_etag(&s)),
             Err(e) => Err(e),
@@ -496,9 +490,7 @@ impl Control {
         if_match: Option<&str>,
         m: Mutation<'_>,
     ) -> Served {
-        if let Err(e) = who.require(Permission::Patch) {
-            return Err(e);
-        }
+        who.require(Permission::Patch)?;
         let tags = match if_match.map(if_match_tags).transpose() {
             Ok(t) => t,
             Err(e) => return Err(e),
@@ -570,9 +562,7 @@ impl Control {
 
     /// `DELETE /v1/subscriptions/:id` (R-CP-16): soft delete; the name is free again.
     pub async fn delete(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
-        if let Err(e) = who.require(Permission::Delete) {
-            return Err(e);
-        }
+        who.require(Permission::Delete)?;
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {
                 Ok(s) => s,
@@ -594,9 +584,7 @@ impl Control {
     /// `POST …/pause` and `POST …/resume` (R-CP-11): no key, `subscriptions:post`, 200 without
     /// a body, a repeat is a no-op; a hub-stopped subscription answers 409.
     pub async fn set_paused(&self, who: &Principal, id: &str, pause: bool) -> Served {
-        if let Err(e) = who.require(Permission::Post) {
-            return Err(e);
-        }
+        who.require(Permission::Post)?;
         for _ in 0..5 {
             let current = match self.live(who, id).await {
                 Ok(s) => s,
@@ -635,9 +623,7 @@ impl Control {
 
     /// `GET /v1/catalog` (R-CP-15).
     pub async fn catalog(&self, who: &Principal) -> Served {
-        if let Err(e) = who.require(Permission::Get) {
-            return Err(e);
-        }
+        who.require(Permission::Get)?;
         self.sync_catalog().await;
         Ok(Answer::ok(self.catalog.list()))
     }

@@ -133,6 +133,11 @@ async fn call(
     }
 }
 
+async fn read_sub(hub: &Hub, tok: &str, id: &str) -> Answer {
+    let path = format!("/v1/subscriptions/{id}");
+    call(hub, "GET", &path, Some(tok), &[], "").await
+}
+
 fn webhook(name: &str) -> String {
     json!({"name": name, "sink_kind": "webhook", "endpoint": "http://127.0.0.1:9/hook"}).to_string()
 }
@@ -184,15 +189,7 @@ async fn r_cp_3_create_returns_the_secret_once_and_reads_never_show_it(store: St
         "fields without a value are omitted"
     );
     let id = a.json["id"].as_str().expect("id").to_owned();
-    let read = call(
-        &hub,
-        "GET",
-        &format!("/v1/subscriptions/{id}"),
-        Some(&tok),
-        &[],
-        "",
-    )
-    .await;
+    let read = read_sub(&hub, &tok, &id).await;
     assert_eq!(read.status, StatusCode::OK);
     assert!(read.headers.get("etag").is_some());
     let list = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
@@ -598,6 +595,311 @@ async fn r_cp_19_the_openapi_document_is_served_and_names_every_route(store: Sto
     }
 }
 
+/// A GraphQL request to the same router; answers (data, the first error's code).
+async fn gql(
+    hub: &Hub,
+    tok: Option<&str>,
+    query: &str,
+    variables: Value,
+) -> (Value, Option<String>) {
+    let body = json!({"query": query, "variables": variables}).to_string();
+    let r = call(
+        hub,
+        "POST",
+        "/graphql",
+        tok,
+        &[("content-type", "application/json")],
+        &body,
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.raw)
+    );
+    let code = r.json["errors"][0]["extensions"]["code"]
+        .as_str()
+        .map(str::to_owned);
+    (r.json["data"].clone(), code)
+}
+
+/// The REST view's fields in GraphQL's names, for field-by-field comparison.
+const VIEW_FIELDS: &[(&str, &str)] = &[
+    ("id", "id"),
+    ("name", "name"),
+    ("sink_kind", "sinkKind"),
+    ("endpoint", "endpoint"),
+    ("event_types", "eventTypes"),
+    ("schema_major", "schemaMajor"),
+    ("timeout_ms", "timeoutMs"),
+    ("enabled", "enabled"),
+    ("paused", "paused"),
+    ("verification_state", "verificationState"),
+    ("revision", "revision"),
+    ("created_at", "createdAt"),
+    ("updated_at", "updatedAt"),
+];
+
+const SUB_FIELDS: &str = "id name sinkKind endpoint eventTypes schemaMajor timeoutMs enabled \
+    paused verificationState revision createdAt updatedAt etag secret";
+
+fn same_view(rest: &Value, graphql: &Value) {
+    for (r, g) in VIEW_FIELDS {
+        assert_eq!(rest[*r], graphql[*g], "{r} / {g}");
+    }
+}
+
+/// R-CP-19, R-TR-1: the same operations over REST and GraphQL against one hub give the same
+/// subscriptions, states and error codes — create (and its idempotent replay), read, list, edit
+/// with If-Match (and a stale one), pause, resume, delete, catalog — and the same refusals:
+/// no token, a missing permission, another tenant's id.
+async fn r_cp_19_graphql_and_rest_agree_operation_by_operation(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let rest = create(&hub, &tok, "rest-1", &webhook("by-rest")).await;
+    assert_eq!(rest.status, StatusCode::CREATED);
+    let create_q = format!(
+        "mutation($input: CreateSubscriptionInput!, $key: String!) {{ \
+         createSubscription(input: $input, idempotencyKey: $key) {{ {SUB_FIELDS} }} }}"
+    );
+    let input = json!({"name": "by-graphql", "sinkKind": "WEBHOOK",
+        "endpoint": "http://127.0.0.1:9/hook"});
+    let (made, err) = gql(
+        &hub,
+        Some(&tok),
+        &create_q,
+        json!({"input": input, "key": "gql-1"}),
+    )
+    .await;
+    assert_eq!(err, None, "{made}");
+    let made = &made["createSubscription"];
+    assert!(made["secret"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("whsec_")));
+    let (replay, _) = gql(
+        &hub,
+        Some(&tok),
+        &create_q,
+        json!({"input": input, "key": "gql-1"}),
+    )
+    .await;
+    assert_eq!(
+        replay["createSubscription"]["id"], made["id"],
+        "a replay answers the same"
+    );
+    let id = made["id"].as_str().expect("id").to_owned();
+
+    // Read: the REST view of the GraphQL-made subscription is GraphQL's, field by field.
+    let read_rest = read_sub(&hub, &tok, &id).await;
+    let read_q = format!("query($id: String!) {{ subscription(id: $id) {{ {SUB_FIELDS} }} }}");
+    let (read_gql, _) = gql(&hub, Some(&tok), &read_q, json!({"id": id})).await;
+    let read_gql = &read_gql["subscription"];
+    same_view(&read_rest.json, read_gql);
+    assert_eq!(
+        read_gql["secret"],
+        Value::Null,
+        "reads never show the secret"
+    );
+    assert_eq!(
+        read_rest.headers["etag"].to_str().expect("etag"),
+        read_gql["etag"].as_str().expect("etag")
+    );
+
+    // List: the same items in the same order.
+    let (list_gql, _) = gql(
+        &hub,
+        Some(&tok),
+        "{ subscriptions { items { id name } } }",
+        json!({}),
+    )
+    .await;
+    let list_rest = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    let ids = |items: &Value| -> Vec<Value> {
+        items
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["id"].clone())
+            .collect()
+    };
+    assert_eq!(
+        ids(&list_gql["subscriptions"]["items"]),
+        ids(&list_rest.json["items"])
+    );
+    assert_eq!(ids(&list_rest.json["items"]).len(), 2);
+
+    // Edit with If-Match, then the same stale tag: subscription_changed on both.
+    let etag = read_gql["etag"].as_str().expect("etag").to_owned();
+    let edit_q = format!(
+        "mutation($id: String!, $input: EditSubscriptionInput!, $key: String!, $m: String) {{ \
+         editSubscription(id: $id, input: $input, idempotencyKey: $key, ifMatch: $m) {{ {SUB_FIELDS} }} }}"
+    );
+    let vars = |key: &str| {
+        json!({"id": id, "input": {"schemaMajor": 2, "name": "renamed"},
+        "key": key, "m": etag})
+    };
+    let (edited, err) = gql(&hub, Some(&tok), &edit_q, vars("e-1")).await;
+    assert_eq!(err, None);
+    assert_eq!(edited["editSubscription"]["name"], "renamed");
+    assert_eq!(edited["editSubscription"]["schemaMajor"], 2);
+    let (_, stale) = gql(&hub, Some(&tok), &edit_q, vars("e-2")).await;
+    let stale_rest = call(
+        &hub,
+        "PATCH",
+        &format!("/v1/subscriptions/{id}"),
+        Some(&tok),
+        &[("x-idempotency", "e-3"), ("if-match", &etag)],
+        &json!({"schema_major": 1}).to_string(),
+    )
+    .await;
+    assert_eq!(stale.as_deref(), Some("subscription_changed"));
+    assert_eq!(stale_rest.json["code"], "subscription_changed");
+
+    // Pause and resume show the state REST reads.
+    let (paused, _) = gql(
+        &hub,
+        Some(&tok),
+        "mutation($id: String!) { pauseSubscription(id: $id) { paused enabled } }",
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(
+        paused["pauseSubscription"],
+        json!({"paused": true, "enabled": false})
+    );
+    let after = read_sub(&hub, &tok, &id).await;
+    assert_eq!(
+        (
+            after.json["paused"].as_bool(),
+            after.json["enabled"].as_bool()
+        ),
+        (Some(true), Some(false))
+    );
+    let (resumed, _) = gql(
+        &hub,
+        Some(&tok),
+        "mutation($id: String!) { resumeSubscription(id: $id) { paused } }",
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(resumed["resumeSubscription"]["paused"], false);
+
+    // Refusals: the same codes.
+    let (_, none) = gql(&hub, None, "{ subscriptions { items { id } } }", json!({})).await;
+    assert_eq!(none.as_deref(), Some("unauthorized"));
+    let reader = hub.token("t-1", &["subscriptions:get"]);
+    let (_, denied) = gql(
+        &hub,
+        Some(&reader),
+        &create_q,
+        json!({"input": input, "key": "gql-2"}),
+    )
+    .await;
+    assert_eq!(denied.as_deref(), Some("forbidden"));
+    let other = hub.token("t-2", ALL);
+    let (_, foreign) = gql(&hub, Some(&other), &read_q, json!({"id": id})).await;
+    let foreign_rest = read_sub(&hub, &other, &id).await;
+    assert_eq!(foreign.as_deref(), Some("subscription_not_found"));
+    assert_eq!(foreign_rest.json["code"], "subscription_not_found");
+    let (_, bad_endpoint) = gql(&hub, Some(&tok), &create_q, json!({"input":
+        {"name": "x", "sinkKind": "WEBHOOK", "endpoint": "https://169.254.169.254/hook"}, "key": "gql-3"})).await;
+    assert_eq!(bad_endpoint.as_deref(), Some("destination_not_allowed"));
+
+    // Catalog: the same entries.
+    let (cat, _) = gql(
+        &hub,
+        Some(&tok),
+        "{ catalog { hub { eventKey origin majors } } }",
+        json!({}),
+    )
+    .await;
+    let cat_rest = call(&hub, "GET", "/v1/catalog", Some(&tok), &[], "").await;
+    assert_eq!(cat["catalog"]["hub"], cat_rest.json["hub"]);
+
+    // Delete: gone on both.
+    let (deleted, err) = gql(
+        &hub,
+        Some(&tok),
+        "mutation($id: String!) { deleteSubscription(id: $id, idempotencyKey: \"d-1\") }",
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(
+        (deleted["deleteSubscription"].as_bool(), err),
+        (Some(true), None)
+    );
+    let gone = read_sub(&hub, &tok, &id).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+}
+
+/// R-TR-1 bad input: malformed GraphQL, unknown fields and over-deep queries are errors that say
+/// so; nothing is written.
+async fn r_tr_1_malformed_graphql_is_refused_and_writes_nothing(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    for query in [
+        "{ subscriptions { items { id }",
+        "{ subscriptions { items { colour } } }",
+        "mutation { createSubscription(input: {name: 1}, idempotencyKey: \"k\") { id } }",
+    ] {
+        let body = json!({"query": query}).to_string();
+        let r = call(
+            &hub,
+            "POST",
+            "/graphql",
+            Some(&tok),
+            &[("content-type", "application/json")],
+            &body,
+        )
+        .await;
+        assert!(
+            r.json["errors"][0]["message"].as_str().is_some(),
+            "{query}: {}",
+            r.json
+        );
+    }
+    let deep = format!(
+        "{{ __schema {{ types {{ fields {{ type {} }} }} }} }}",
+        "{ ofType ".repeat(10) + "{ name }" + &" }".repeat(10)
+    );
+    let r = call(
+        &hub,
+        "POST",
+        "/graphql",
+        Some(&tok),
+        &[("content-type", "application/json")],
+        &json!({"query": deep}).to_string(),
+    )
+    .await;
+    assert!(
+        r.json["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nested")),
+        "{}",
+        r.json
+    );
+    let not_json = call(
+        &hub,
+        "POST",
+        "/graphql",
+        Some(&tok),
+        &[("content-type", "application/json")],
+        "{",
+    )
+    .await;
+    assert!(not_json.status.is_client_error());
+    assert!(
+        not_json.json["code"].as_str().is_some(),
+        "{}",
+        String::from_utf8_lossy(&not_json.raw)
+    );
+    let list = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    assert_eq!(list.json["items"], json!([]));
+    let ide = call(&hub, "GET", "/graphql", None, &[], "").await;
+    assert!(String::from_utf8_lossy(&ide.raw).contains("graphiql"));
+}
+
 /// Every log line of this test binary, at TRACE, for the secrets check.
 static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -714,5 +1016,7 @@ on_both_stores!(
     r_sec_2_destinations_are_checked_before_any_write,
     bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing,
     r_cp_18_framework_refusals_are_the_error_shape,
+    r_cp_19_graphql_and_rest_agree_operation_by_operation,
+    r_tr_1_malformed_graphql_is_refused_and_writes_nothing,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,
 );
