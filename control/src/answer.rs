@@ -70,6 +70,17 @@ impl Answer {
     }
 }
 
+/// Sets `key` in a request body being built from a transport's typed input, when it has a value.
+pub(crate) fn put(
+    m: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    value: Option<serde_json::Value>,
+) {
+    if let Some(v) = value {
+        m.insert(key.into(), v);
+    }
+}
+
 /// How an answer is kept in an idempotency record (`StoredResponse`): a number for what was done
 /// (the REST status it was first sent with, so records written before this type read alike) and
 /// the ETag and location as headers.

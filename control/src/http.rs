@@ -29,9 +29,10 @@ struct Api {
     verifier: Arc<TokenVerifier>,
 }
 
-/// `/v1` and `/graphql`: both transports over one service.
+/// `/v1`, `/graphql` and the gRPC services: three transports over one service, one listener.
 pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
     let graphql = crate::graphql::router(control.clone(), verifier.clone());
+    let grpc = crate::grpc::router(control.clone(), verifier.clone());
     Router::new()
         .route("/v1/subscriptions", get(list).post(create))
         .route(
@@ -51,6 +52,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         )
         .with_state(Api { control, verifier })
         .merge(graphql)
+        .merge(grpc)
         .layer(axum::middleware::map_response(hub_core::error::json_errors))
 }
 

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod graphql;
+pub mod grpc;
 pub mod http;
 pub mod onboarding;
 pub mod probe;

@@ -900,6 +900,262 @@ async fn r_tr_1_malformed_graphql_is_refused_and_writes_nothing(store: Store) {
     assert!(String::from_utf8_lossy(&ide.raw).contains("graphiql"));
 }
 
+/// Serves the hub's router on a loopback port (gRPC needs a real HTTP/2 connection).
+async fn serve(hub: &Hub) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = hub.router.clone();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}")
+}
+
+fn grpc_request<T>(
+    message: T,
+    tok: Option<&str>,
+    meta: &[(&'static str, &str)],
+) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    if let Some(t) = tok {
+        r.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {t}").parse().expect("metadata"),
+        );
+    }
+    for (k, v) in meta {
+        r.metadata_mut().insert(*k, v.parse().expect("metadata"));
+    }
+    r
+}
+
+/// The error code a gRPC status carries in its ErrorInfo.
+fn reason(s: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    s.get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_default()
+}
+
+/// R-CP-19, R-TR-2: the same operations over gRPC and REST against one hub agree — create (and
+/// its replay by `x-idempotency`), read, list, edit with a stale `if-match`, pause, delete — with
+/// the mapped status codes and the error code as ErrorInfo reason (unauthenticated, permission,
+/// another tenant's id); `grpc.health.v1` answers and reflection lists the services.
+async fn r_tr_2_grpc_and_rest_agree_operation_by_operation(store: Store) {
+    use hub_control::grpc::pb;
+    let hub = hub(store).await;
+    let base = serve(&hub).await;
+    let tok = hub.token("t-1", ALL);
+    let mut subs = pb::subscriptions_client::SubscriptionsClient::connect(base.clone())
+        .await
+        .expect("connect");
+    let new = || pb::CreateSubscriptionRequest {
+        name: "by-grpc".into(),
+        sink_kind: "webhook".into(),
+        endpoint: Some("http://127.0.0.1:9/hook".into()),
+        ..Default::default()
+    };
+    let made = subs
+        .create(grpc_request(new(), Some(&tok), &[("x-idempotency", "g-1")]))
+        .await
+        .expect("create")
+        .into_inner();
+    assert!(made
+        .secret
+        .as_deref()
+        .is_some_and(|s| s.starts_with("whsec_")));
+    let replay = subs
+        .create(grpc_request(new(), Some(&tok), &[("x-idempotency", "g-1")]))
+        .await
+        .expect("replay")
+        .into_inner();
+    assert_eq!(replay.id, made.id);
+    let missing_key = subs
+        .create(grpc_request(new(), Some(&tok), &[]))
+        .await
+        .expect_err("no key");
+    assert_eq!(
+        (missing_key.code(), reason(&missing_key).as_str()),
+        (tonic::Code::InvalidArgument, "missing_idempotency_key")
+    );
+
+    let id = made.id.clone();
+    let got = subs
+        .get(grpc_request(
+            pb::GetSubscriptionRequest { id: id.clone() },
+            Some(&tok),
+            &[],
+        ))
+        .await
+        .expect("get")
+        .into_inner();
+    let rest = read_sub(&hub, &tok, &id).await;
+    assert_eq!(rest.json["name"], got.name);
+    assert_eq!(rest.json["sink_kind"], got.sink_kind);
+    assert_eq!(
+        rest.json["endpoint"],
+        got.endpoint.clone().expect("endpoint")
+    );
+    assert_eq!(rest.json["verification_state"], got.verification_state);
+    assert_eq!(rest.json["revision"], got.revision);
+    assert_eq!(rest.json["created_at"], got.created_at);
+    assert_eq!(rest.headers["etag"].to_str().expect("etag"), got.etag);
+    assert_eq!(got.secret, None, "reads never show the secret");
+
+    let list = subs
+        .list(grpc_request(
+            pb::ListSubscriptionsRequest::default(),
+            Some(&tok),
+            &[],
+        ))
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(list.items.len(), 1);
+
+    let edit = |key: &'static str| {
+        grpc_request(
+            pb::EditSubscriptionRequest {
+                id: id.clone(),
+                schema_major: 2,
+                name: Some("renamed".into()),
+                ..Default::default()
+            },
+            Some(&tok),
+            &[("x-idempotency", key), ("if-match", &got.etag)],
+        )
+    };
+    let edited = subs.edit(edit("e-1")).await.expect("edit").into_inner();
+    assert_eq!((edited.name.as_str(), edited.schema_major), ("renamed", 2));
+    let stale = subs.edit(edit("e-2")).await.expect_err("stale");
+    assert_eq!(
+        (stale.code(), reason(&stale).as_str()),
+        (tonic::Code::FailedPrecondition, "subscription_changed")
+    );
+
+    let paused = subs
+        .pause(grpc_request(
+            pb::SubscriptionId { id: id.clone() },
+            Some(&tok),
+            &[],
+        ))
+        .await
+        .expect("pause")
+        .into_inner();
+    assert!(paused.paused && !paused.enabled);
+    assert_eq!(read_sub(&hub, &tok, &id).await.json["paused"], true);
+
+    let none = subs
+        .list(grpc_request(
+            pb::ListSubscriptionsRequest::default(),
+            None,
+            &[],
+        ))
+        .await
+        .expect_err("no token");
+    assert_eq!(
+        (none.code(), reason(&none).as_str()),
+        (tonic::Code::Unauthenticated, "unauthorized")
+    );
+    let reader = hub.token("t-1", &["subscriptions:get"]);
+    let denied = subs
+        .create(grpc_request(
+            new(),
+            Some(&reader),
+            &[("x-idempotency", "g-2")],
+        ))
+        .await
+        .expect_err("permission");
+    assert_eq!(
+        (denied.code(), reason(&denied).as_str()),
+        (tonic::Code::PermissionDenied, "forbidden")
+    );
+    let other = hub.token("t-2", ALL);
+    let foreign = subs
+        .get(grpc_request(
+            pb::GetSubscriptionRequest { id: id.clone() },
+            Some(&other),
+            &[],
+        ))
+        .await
+        .expect_err("another tenant's");
+    assert_eq!(
+        (foreign.code(), reason(&foreign).as_str()),
+        (tonic::Code::NotFound, "subscription_not_found")
+    );
+
+    let mut catalog = pb::catalog_client::CatalogClient::connect(base.clone())
+        .await
+        .expect("connect");
+    let cat = catalog
+        .list(grpc_request(pb::ListCatalogRequest {}, Some(&tok), &[]))
+        .await
+        .expect("catalog")
+        .into_inner();
+    let rest_cat = call(&hub, "GET", "/v1/catalog", Some(&tok), &[], "").await;
+    assert_eq!(
+        cat.hub.len(),
+        rest_cat.json["hub"].as_array().expect("hub").len()
+    );
+
+    subs.delete(grpc_request(
+        pb::SubscriptionId { id: id.clone() },
+        Some(&tok),
+        &[("x-idempotency", "d-1")],
+    ))
+    .await
+    .expect("delete");
+    assert_eq!(
+        read_sub(&hub, &tok, &id).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let channel = tonic::transport::Endpoint::from_shared(base)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "lerian.streaming.v1.Subscriptions".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(
+        serving.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    use tonic_reflection::pb::v1 as reflection;
+    let mut reflect = reflection::server_reflection_client::ServerReflectionClient::new(channel);
+    let ask = reflection::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            reflection::server_reflection_request::MessageRequest::ListServices(String::new()),
+        ),
+    };
+    let mut answers = reflect
+        .server_reflection_info(futures::stream::iter([ask]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let first = answers.message().await.expect("answer").expect("one");
+    let Some(reflection::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        first.message_response
+    else {
+        panic!("not a service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for want in [
+        "lerian.streaming.v1.Subscriptions",
+        "lerian.streaming.v1.Catalog",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+    }
+}
+
 /// Every log line of this test binary, at TRACE, for the secrets check.
 static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -1018,5 +1274,6 @@ on_both_stores!(
     r_cp_18_framework_refusals_are_the_error_shape,
     r_cp_19_graphql_and_rest_agree_operation_by_operation,
     r_tr_1_malformed_graphql_is_refused_and_writes_nothing,
+    r_tr_2_grpc_and_rest_agree_operation_by_operation,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,
 );

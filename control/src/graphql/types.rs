@@ -4,6 +4,8 @@
 use async_graphql::{Enum, InputObject, MaybeUndefined, Object, SimpleObject};
 use serde_json::{json, Map, Value};
 
+use crate::answer::put;
+
 /// A subscription as a tenant sees it (never its secret, but once: at creation).
 pub struct SubscriptionNode {
     pub view: Value,
@@ -314,11 +316,5 @@ impl EditSubscriptionInput {
             }
         }
         serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
-    }
-}
-
-fn put(m: &mut Map<String, Value>, key: &str, value: Option<Value>) {
-    if let Some(v) = value {
-        m.insert(key.into(), v);
     }
 }
