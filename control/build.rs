@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "lerian/streaming/v1/subscriptions.proto",
         "lerian/streaming/v1/catalog.proto",
+        "lerian/streaming/v1/events.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());

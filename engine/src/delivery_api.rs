@@ -32,7 +32,10 @@ pub struct DeliveryApi {
     pub autodisable: Policy,
 }
 
+/// The REST routes of what the engine knows, and the `Events` gRPC service (pull by `seq`).
 pub fn router(api: DeliveryApi) -> Router {
+    let api = Arc::new(api);
+    let events = crate::events_grpc::router(api.clone());
     Router::new()
         .route("/v1/subscriptions/{id}/dead-letters", get(list_dead))
         .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
@@ -41,7 +44,8 @@ pub fn router(api: DeliveryApi) -> Router {
             "/v1/subscriptions/{id}/events",
             get(crate::pull_api::events),
         )
-        .with_state(Arc::new(api))
+        .with_state(api)
+        .merge(events)
 }
 
 impl DeliveryApi {
@@ -57,7 +61,17 @@ impl DeliveryApi {
             .map(|v| v.to_str())
             .transpose()
             .map_err(|_| ApiError::bad_request("the authorization header is not valid text"))?;
-        let who: Principal = self.verifier.verify(header)?;
+        self.subscription_for(header, id, need).await
+    }
+
+    /// The subscription `id` of the token's tenant, after the token and permission checks.
+    pub(crate) async fn subscription_for(
+        &self,
+        token: Option<&str>,
+        id: &str,
+        need: Permission,
+    ) -> Result<Subscription, ApiError> {
+        let who: Principal = self.verifier.verify(token)?;
         who.require(need)?;
         let id: Uuid = id.parse().map_err(|_| ApiError::not_found())?;
         match self.control.get(&who.tenant, id).await {

@@ -226,8 +226,12 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             tracing::error!("an engine thread panicked");
         }
     }
-    if let Ok(Err(e)) = tokio.block_on(server) {
-        tracing::error!(error = %e, "http server error");
+    // Open connections end within the grace too: a gRPC stream that follows the log never ends
+    // by itself, and its reader resumes from its cursor on the next start.
+    match tokio.block_on(async { tokio::time::timeout(grace, server).await }) {
+        Ok(Ok(Err(e))) => tracing::error!(error = %e, "http server error"),
+        Err(_) => tracing::info!("stop: connections still open after the grace were closed"),
+        _ => {}
     }
     Ok(())
 }

@@ -87,7 +87,7 @@ fn paging(q: &HashMap<String, String>) -> Result<(Option<u64>, usize), ApiError>
 
 /// Records the read as the subscription's last success (R-CP-2); a lost race or a store
 /// failure leaves it for the next read.
-async fn mark_success(api: &DeliveryApi, sub: Subscription) {
+pub(crate) async fn mark_success(api: &DeliveryApi, sub: Subscription) {
     let now = crate::clock::now_ms();
     if sub
         .last_success_at_ms

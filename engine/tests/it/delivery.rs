@@ -139,6 +139,11 @@ impl Tenant {
         }
     }
 
+    /// The bearer token, for transports other than REST.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
     pub(crate) async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.http);
         let mut req = match method {

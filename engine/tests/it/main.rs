@@ -8,6 +8,7 @@ mod delivery_load;
 mod edit;
 mod ingest_kafka;
 mod pull;
+mod pull_grpc;
 mod rabbitmq;
 mod receiver;
 mod support;

@@ -12,7 +12,13 @@ use crate::delivery::{event_headers, Setup, Tenant};
 use crate::support::*;
 
 /// Posts one event of `tenant` to the engine's HTTP ingest; returns the status.
-async fn ingest(client: &reqwest::Client, http: &str, tenant: &str, id: Uuid, key: &str) -> u16 {
+pub(crate) async fn ingest(
+    client: &reqwest::Client,
+    http: &str,
+    tenant: &str,
+    id: Uuid,
+    key: &str,
+) -> u16 {
     let mut post = client
         .post(format!("{http}/ingest/lender"))
         .body(format!(r#"{{"n":"{id}"}}"#));
@@ -28,7 +34,7 @@ async fn ingest(client: &reqwest::Client, http: &str, tenant: &str, id: Uuid, ke
     post.send().await.expect("ingest").status().as_u16()
 }
 
-async fn create_pull(api: &Tenant, name: &str, extra: Value) -> String {
+pub(crate) async fn create_pull(api: &Tenant, name: &str, extra: Value) -> String {
     let mut body = json!({"name": name, "sink_kind": "pull"});
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
