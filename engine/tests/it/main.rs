@@ -6,6 +6,7 @@ mod catalog;
 mod delivery;
 mod delivery_load;
 mod edit;
+mod hubctl;
 mod ingest_kafka;
 mod pull;
 mod pull_grpc;
