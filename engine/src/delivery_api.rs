@@ -35,7 +35,7 @@ pub struct DeliveryApi {
 /// The REST routes of what the engine knows, and the `Events` gRPC service (pull by `seq`).
 pub fn router(api: DeliveryApi) -> Router {
     let api = Arc::new(api);
-    let events = crate::events_grpc::router(api.clone());
+    let events = crate::grpc::router(api.clone());
     Router::new()
         .route("/v1/subscriptions/{id}/dead-letters", get(list_dead))
         .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
@@ -139,27 +139,73 @@ async fn list_dead(
     Path(id): Path<String>,
     Query(q): Query<Paging>,
 ) -> Response {
-    let sub = match api.subscription(&headers, &id, Permission::Get).await {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
+    let listed = async {
+        let sub = api.subscription(&headers, &id, Permission::Get).await?;
+        api.dead_letters(&sub, q.cursor.as_deref(), q.limit).await
     };
-    let cursor = match q.cursor.as_deref().map(|c| u128::from_str_radix(c, 16)) {
-        None => None,
-        Some(Ok(c)) => Some(c),
-        Some(Err(_)) => return ApiError::bad_request("cursor is malformed").into_response(),
-    };
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    match api
-        .store
-        .dead_letters(&sub.tenant, sub.id, cursor, limit)
-        .await
-    {
-        Ok((items, next)) => Json(json!({
+    match listed.await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Most dead letters a page holds, and the page size when `limit` is absent.
+pub const DEAD_LETTERS_MAX: usize = 1_000;
+pub const DEAD_LETTERS_DEFAULT: usize = 100;
+
+impl DeliveryApi {
+    /// A page of `sub`'s dead letters, `{"items": [...], "next_cursor": ...}`: every transport's.
+    pub(crate) async fn dead_letters(
+        &self,
+        sub: &Subscription,
+        cursor: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Value, ApiError> {
+        let cursor = cursor
+            .map(|c| u128::from_str_radix(c, 16))
+            .transpose()
+            .map_err(|_| ApiError::bad_request("cursor is not one this API returned"))?;
+        let limit = match limit {
+            None => DEAD_LETTERS_DEFAULT,
+            Some(l) if (1..=DEAD_LETTERS_MAX).contains(&l) => l,
+            Some(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "limit is from 1 to {DEAD_LETTERS_MAX}"
+                )))
+            }
+        };
+        let (items, next) = self
+            .store
+            .dead_letters(&sub.tenant, sub.id, cursor, limit)
+            .await
+            .map_err(store_down)?;
+        Ok(json!({
             "items": items.iter().map(dead_view).collect::<Vec<_>>(),
             "next_cursor": next.map(job_ref),
         }))
-        .into_response(),
-        Err(e) => store_down(e).into_response(),
+    }
+
+    /// Replays `ids` (hex dead-letter ids; every one of `sub`'s when `None`): fresh attempt
+    /// budgets, due at once. Answers how many.
+    pub(crate) async fn replay_dead(
+        &self,
+        sub: &Subscription,
+        ids: Option<&[String]>,
+    ) -> Result<u64, ApiError> {
+        let ids = ids
+            .map(|ids| {
+                ids.iter()
+                    .map(|i| u128::from_str_radix(i, 16))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+            .map_err(|_| ApiError::invalid("ids must be dead-letter ids"))?;
+        let n = self
+            .store
+            .replay_dead_letters(&sub.tenant, sub.id, ids, crate::clock::now_ms())
+            .await
+            .map_err(store_down)?;
+        Ok(n as u64)
     }
 }
 
@@ -178,36 +224,18 @@ async fn replay(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let sub = match api.subscription(&headers, &id, Permission::Post).await {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
+    let replayed = async {
+        let sub = api.subscription(&headers, &id, Permission::Post).await?;
+        let body: ReplayBody = if body.is_empty() {
+            ReplayBody::default()
+        } else {
+            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("body: {e}")))?
+        };
+        api.replay_dead(&sub, body.ids.as_deref()).await
     };
-    let body: ReplayBody = if body.is_empty() {
-        ReplayBody::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(b) => b,
-            Err(e) => return ApiError::invalid(format!("body: {e}")).into_response(),
-        }
-    };
-    let ids = match body.ids {
-        None => None,
-        Some(ids) => match ids
-            .iter()
-            .map(|i| u128::from_str_radix(i, 16))
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(ids) => Some(ids),
-            Err(_) => return ApiError::invalid("ids must be dead-letter ids").into_response(),
-        },
-    };
-    match api
-        .store
-        .replay_dead_letters(&sub.tenant, sub.id, ids, crate::clock::now_ms())
-        .await
-    {
+    match replayed.await {
         Ok(n) => (StatusCode::OK, Json(json!({ "replayed": n }))).into_response(),
-        Err(e) => store_down(e).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -232,40 +260,50 @@ async fn health(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let sub = match api.subscription(&headers, &id, Permission::Get).await {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
+    let health = async {
+        let sub = api.subscription(&headers, &id, Permission::Get).await?;
+        api.health_view(&sub).await
     };
-    let stats = match api.store.delivery_stats(&sub.tenant, sub.id).await {
-        Ok(s) => s,
-        Err(e) => return store_down(e).into_response(),
-    };
-    let now = crate::clock::now_ms();
-    let window_start = stats.recent.first().map_or(now, |a| a.at_ms);
-    let verdict = stats.streak.verdict(now, &api.autodisable);
-    let mut auto = json!({
-        "enabled": api.autodisable.enabled,
-        "window_hours": api.autodisable.window_ms / 3_600_000,
-        "would_disable": verdict.is_some(),
-    });
-    if let Some(t) = stats.streak.first_failure_ms {
-        auto["streak_first_failure_at"] = rfc3339(t).into();
+    match health.await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
     }
-    if let Some(t) = stats.streak.last_failure_ms {
-        auto["streak_last_failure_at"] = rfc3339(t).into();
+}
+
+impl DeliveryApi {
+    /// R-CP-12: status, recent outcomes, counts and the auto-disable state of `sub`.
+    pub(crate) async fn health_view(&self, sub: &Subscription) -> Result<Value, ApiError> {
+        let stats = self
+            .store
+            .delivery_stats(&sub.tenant, sub.id)
+            .await
+            .map_err(store_down)?;
+        let now = crate::clock::now_ms();
+        let window_start = stats.recent.first().map_or(now, |a| a.at_ms);
+        let verdict = stats.streak.verdict(now, &self.autodisable);
+        let mut auto = json!({
+            "enabled": self.autodisable.enabled,
+            "window_hours": self.autodisable.window_ms / 3_600_000,
+            "would_disable": verdict.is_some(),
+        });
+        if let Some(t) = stats.streak.first_failure_ms {
+            auto["streak_first_failure_at"] = rfc3339(t).into();
+        }
+        if let Some(t) = stats.streak.last_failure_ms {
+            auto["streak_last_failure_at"] = rfc3339(t).into();
+        }
+        if let Some(r) = &sub.marks.disabled_reason {
+            auto["disabled_reason"] = r.clone().into();
+        }
+        Ok(json!({
+            "status": status_of(sub, &stats),
+            "window_start": rfc3339(window_start),
+            "snapshot_at": rfc3339(now),
+            "recent_outcomes": stats.recent.iter().map(attempt_view).collect::<Vec<_>>(),
+            "delivered": stats.delivered,
+            "failed_attempts": stats.failed_attempts,
+            "dead_letters": stats.dead_letters,
+            "auto_disable": auto,
+        }))
     }
-    if let Some(r) = &sub.marks.disabled_reason {
-        auto["disabled_reason"] = r.clone().into();
-    }
-    Json(json!({
-        "status": status_of(&sub, &stats),
-        "window_start": rfc3339(window_start),
-        "snapshot_at": rfc3339(now),
-        "recent_outcomes": stats.recent.iter().map(attempt_view).collect::<Vec<_>>(),
-        "delivered": stats.delivered,
-        "failed_attempts": stats.failed_attempts,
-        "dead_letters": stats.dead_letters,
-        "auto_disable": auto,
-    }))
-    .into_response()
 }

@@ -15,7 +15,7 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod delivery_api;
-pub mod events_grpc;
+pub mod grpc;
 pub mod hub;
 pub mod ingest;
 pub mod pull_api;

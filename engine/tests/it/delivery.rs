@@ -582,14 +582,33 @@ async fn failing_destination_dead_letters_then_replays(backend: Backend) {
         .collect();
     assert_eq!(classes, vec!["http_status", "timeout", "connection_reset"]);
 
+    // The same over gRPC (R-TR-2): the dead letter and the health REST shows.
+    let grpc = crate::pull_grpc::DeliveriesGrpc::connect(&engine.http, api.token()).await;
+    let (grpc_letters, grpc_health) = grpc.dead_letters_and_health(&id.to_string()).await;
+    assert_eq!(grpc_letters.len(), 1);
+    assert_eq!(grpc_letters[0].id, items[0]["id"].as_str().expect("id"));
+    let last = grpc_letters[0].last_attempt.as_ref().expect("last attempt");
+    assert_eq!(last.error_class.as_deref(), Some("connection_reset"));
+    assert_eq!(
+        (grpc_health.status.as_str(), grpc_health.dead_letters),
+        ("Failing", 1)
+    );
+
     // Another tenant cannot see or replay them.
     let stranger = Tenant::new(&engine, dir.path(), "someone-else");
     assert_eq!(stranger.call("GET", &dead_path, None).await.0, 404);
 
     receiver.script(&[], Act::Status(204));
-    let (status, replayed) = api.call("POST", &format!("{dead_path}/replay"), None).await;
-    assert_eq!(status, 200);
-    assert_eq!(replayed["replayed"], 1);
+    // Replayed over REST on one store and over gRPC (by id) on the other: both transports.
+    let replayed = match backend {
+        Backend::Embedded => {
+            let (status, replayed) = api.call("POST", &format!("{dead_path}/replay"), None).await;
+            assert_eq!(status, 200);
+            replayed["replayed"].as_u64()
+        }
+        Backend::Cql => Some(grpc.replay(&id.to_string(), &grpc_letters[0].id).await),
+    };
+    assert_eq!(replayed, Some(1));
     assert!(
         eventually(Duration::from_secs(15), || ids_on(&receiver, "/flaky")
             .contains(&event.to_string()))

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::delivery::Setup;
@@ -120,6 +120,50 @@ async fn r_tr_3_hubctl_creates_lists_tails_and_says_what_failed() {
         })
         .collect();
     assert_eq!(tailed, produced);
+
+    // A webhook that always fails dead-letters its one event; hubctl lists and replays it.
+    let (hook, _) = setup
+        .api
+        .active_webhook(
+            "failing",
+            &setup.receiver.url("/fail"),
+            json!({"retry_schedule": [0]}),
+        )
+        .await;
+    setup
+        .receiver
+        .script(&[], crate::receiver::Act::Status(500));
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await; // the index learns of it
+    let event = crate::delivery::ingest_one(&setup.engine, &setup.tenant, &[]).await;
+    let mut listed = String::new();
+    for _ in 0..100 {
+        let out = hubctl(&addr, tok, &["--json", "dead-letters", "list", &hook]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        listed = stdout(&out);
+        if listed.contains(&event.to_string()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        listed.contains(&event.to_string()),
+        "the dead letter is listed: {listed}"
+    );
+    let health = hubctl(&addr, tok, &["health", &hook]);
+    assert!(
+        stdout(&health).starts_with("Failing"),
+        "{}",
+        stdout(&health)
+    );
+    setup
+        .receiver
+        .script(&[], crate::receiver::Act::Status(204));
+    let replay = hubctl(&addr, tok, &["dead-letters", "replay", &hook]);
+    assert_eq!(stdout(&replay).trim(), "replayed 1");
 
     let missing = hubctl(
         &addr,

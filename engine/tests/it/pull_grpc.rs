@@ -9,7 +9,7 @@ use tonic::Request;
 use uuid::Uuid;
 
 use hub_control::grpc::pb::events_client::EventsClient;
-use hub_control::grpc::pb::{Event, PullRequest, SubscribeRequest};
+use hub_control::grpc::pb::{self, Event, PullRequest, SubscribeRequest};
 
 use crate::delivery::Setup;
 use crate::pull::{create_pull, ingest};
@@ -188,4 +188,72 @@ async fn subscribe_streams_and_resumes(backend: Backend) {
     // A stop ends within its grace though a stream is still open (and exits 0).
     let _still_open = (resumed, client);
     setup.engine.stop();
+}
+
+/// A tenant's `DeadLetters` and `Deliveries` clients, for the delivery tests.
+pub(crate) struct DeliveriesGrpc {
+    channel: tonic::transport::Channel,
+    token: String,
+}
+
+impl DeliveriesGrpc {
+    pub(crate) async fn connect(http: &str, token: &str) -> Self {
+        let channel = tonic::transport::Endpoint::from_shared(http.to_owned())
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        Self {
+            channel,
+            token: token.to_owned(),
+        }
+    }
+
+    /// The subscription's dead letters (first page) and its delivery health.
+    pub(crate) async fn dead_letters_and_health(
+        &self,
+        id: &str,
+    ) -> (Vec<pb::DeadLetter>, pb::DeliveryHealth) {
+        let mut letters = pb::dead_letters_client::DeadLettersClient::new(self.channel.clone());
+        let list = letters
+            .list(authorized(
+                pb::ListDeadLettersRequest {
+                    subscription_id: id.to_owned(),
+                    ..Default::default()
+                },
+                &self.token,
+            ))
+            .await
+            .expect("dead letters")
+            .into_inner();
+        let mut deliveries = pb::deliveries_client::DeliveriesClient::new(self.channel.clone());
+        let health = deliveries
+            .health(authorized(
+                pb::DeliveryHealthRequest {
+                    subscription_id: id.to_owned(),
+                },
+                &self.token,
+            ))
+            .await
+            .expect("health")
+            .into_inner();
+        (list.items, health)
+    }
+
+    /// Replays one dead letter; answers how many were replayed.
+    pub(crate) async fn replay(&self, id: &str, letter: &str) -> u64 {
+        let mut letters = pb::dead_letters_client::DeadLettersClient::new(self.channel.clone());
+        letters
+            .replay(authorized(
+                pb::ReplayDeadLettersRequest {
+                    subscription_id: id.to_owned(),
+                    ids: vec![letter.to_owned()],
+                },
+                &self.token,
+            ))
+            .await
+            .expect("replay")
+            .into_inner()
+            .replayed
+    }
 }

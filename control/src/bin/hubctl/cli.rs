@@ -33,8 +33,32 @@ pub enum Command {
         #[command(subcommand)]
         command: EventsCommand,
     },
+    /// What ran out of attempts, and replaying it.
+    DeadLetters {
+        #[command(subcommand)]
+        command: DeadLettersCommand,
+    },
+    /// A subscription's delivery health: status, recent outcomes, counts.
+    Health { id: String },
     /// The event types subscriptions may name.
     Catalog,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadLettersCommand {
+    List {
+        id: String,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Fresh attempts for the given dead letters (`--letter`, repeatable), or for all of them.
+    Replay {
+        id: String,
+        #[arg(long = "letter")]
+        letters: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,9 +11,11 @@ use clap::Parser;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 
-use cli::{Cli, Command, EventsCommand, SubsCommand};
+use cli::{Cli, Command, DeadLettersCommand, EventsCommand, SubsCommand};
 use hub_control::grpc::pb;
 use pb::catalog_client::CatalogClient;
+use pb::dead_letters_client::DeadLettersClient;
+use pb::deliveries_client::DeliveriesClient;
 use pb::events_client::EventsClient;
 use pb::subscriptions_client::SubscriptionsClient;
 
@@ -96,6 +98,18 @@ async fn run(cli: &Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Subscriptions { command } => subscriptions(cli, channel, command).await,
         Command::Events { command } => events(cli, channel, command).await,
+        Command::DeadLetters { command } => dead_letters(cli, channel, command).await,
+        Command::Health { id } => {
+            let q = pb::DeliveryHealthRequest {
+                subscription_id: id.clone(),
+            };
+            let health = DeliveriesClient::new(channel)
+                .health(request(cli, q, &[])?)
+                .await?
+                .into_inner();
+            render::health(cli.json, &health);
+            Ok(())
+        }
         Command::Catalog => {
             let list = CatalogClient::new(channel)
                 .list(request(cli, pb::ListCatalogRequest {}, &[])?)
@@ -185,6 +199,34 @@ async fn subscriptions(cli: &Cli, channel: Channel, command: &SubsCommand) -> Re
         }
     };
     render::subscription(cli.json, &shown);
+    Ok(())
+}
+
+async fn dead_letters(
+    cli: &Cli,
+    channel: Channel,
+    command: &DeadLettersCommand,
+) -> Result<(), Failure> {
+    let mut client = DeadLettersClient::new(channel);
+    match command {
+        DeadLettersCommand::List { id, cursor, limit } => {
+            let q = pb::ListDeadLettersRequest {
+                subscription_id: id.clone(),
+                cursor: cursor.clone(),
+                limit: *limit,
+            };
+            let page = client.list(request(cli, q, &[])?).await?.into_inner();
+            render::dead_letters(cli.json, &page);
+        }
+        DeadLettersCommand::Replay { id, letters } => {
+            let q = pb::ReplayDeadLettersRequest {
+                subscription_id: id.clone(),
+                ids: letters.clone(),
+            };
+            let done = client.replay(request(cli, q, &[])?).await?.into_inner();
+            render::replayed(cli.json, done.replayed);
+        }
+    }
     Ok(())
 }
 

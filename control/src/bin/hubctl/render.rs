@@ -172,3 +172,77 @@ pub fn status_line(s: &Status) -> String {
 fn grpc_name(s: &Status) -> String {
     format!("{:?}", s.code())
 }
+
+fn attempt_json(a: &pb::Attempt) -> Value {
+    json!({"at": a.at, "outcome": a.outcome, "duration_ms": a.duration_ms,
+        "error_class": a.error_class, "status_code": a.status_code, "detail": a.detail})
+}
+
+fn attempt_line(a: &pb::Attempt) -> String {
+    let why = [
+        a.error_class.clone(),
+        a.status_code.map(|c| format!("HTTP {c}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" ");
+    format!(
+        "{}  {:<7}  {:>6} ms  {}",
+        a.at, a.outcome, a.duration_ms, why
+    )
+}
+
+pub fn dead_letters(json: bool, page: &pb::ListDeadLettersResponse) {
+    if json {
+        let items: Vec<Value> = page
+            .items
+            .iter()
+            .map(|d| {
+                json!({"id": d.id, "event_id": d.event_id, "seq": d.seq, "reason": d.reason,
+                    "attempts": d.attempts, "received_at": d.received_at, "dead_at": d.dead_at,
+                    "last_attempt": d.last_attempt.as_ref().map(attempt_json)})
+            })
+            .collect();
+        return print_json(&json!({"items": items, "next_cursor": page.next_cursor}));
+    }
+    println!("{:<32}  {:>8}  {:<36}  REASON", "ID", "SEQ", "EVENT");
+    for d in &page.items {
+        println!(
+            "{:<32}  {:>8}  {:<36}  {}",
+            d.id, d.seq, d.event_id, d.reason
+        );
+    }
+    if let Some(c) = &page.next_cursor {
+        println!("more: --cursor {c}");
+    }
+}
+
+pub fn replayed(json: bool, n: u64) {
+    if json {
+        return print_json(&json!({"replayed": n}));
+    }
+    println!("replayed {n}");
+}
+
+pub fn health(json: bool, h: &pb::DeliveryHealth) {
+    if json {
+        let auto = h.auto_disable.as_ref().map(|a| {
+            json!({"enabled": a.enabled, "window_hours": a.window_hours,
+                "would_disable": a.would_disable, "disabled_reason": a.disabled_reason})
+        });
+        return print_json(&json!({
+            "status": h.status, "window_start": h.window_start, "snapshot_at": h.snapshot_at,
+            "recent_outcomes": h.recent_outcomes.iter().map(attempt_json).collect::<Vec<_>>(),
+            "delivered": h.delivered, "failed_attempts": h.failed_attempts,
+            "dead_letters": h.dead_letters, "auto_disable": auto,
+        }));
+    }
+    println!(
+        "{}  delivered {}  failed attempts {}  dead letters {}",
+        h.status, h.delivered, h.failed_attempts, h.dead_letters
+    );
+    for a in &h.recent_outcomes {
+        println!("  {}", attempt_line(a));
+    }
+}

@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
+use super::token;
 use hub_control::auth::Permission;
 use hub_control::grpc::pb::events_server::{Events, EventsServer};
 use hub_control::grpc::pb::{Event, PullRequest, PullResponse, SubscribeRequest};
@@ -32,30 +33,13 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 /// How long a stream waits after a failed read before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The service, as routes for the engine's listener.
-pub fn router(api: Arc<DeliveryApi>) -> axum::Router {
-    hub_control::grpc::route(
-        axum::Router::new(),
-        EventsServer::new(EventsService { api }),
-    )
+pub(super) fn server(api: Arc<DeliveryApi>) -> EventsServer<EventsService> {
+    EventsServer::new(EventsService { api })
 }
 
 #[derive(Debug)]
-struct EventsService {
+pub(super) struct EventsService {
     api: Arc<DeliveryApi>,
-}
-
-fn token<T>(r: &Request<T>) -> Result<Option<String>, Status> {
-    r.metadata()
-        .get("authorization")
-        .map(|v| {
-            v.to_str().map(str::to_owned).map_err(|_| {
-                status(ApiError::bad_request(
-                    "the authorization metadata is not valid text",
-                ))
-            })
-        })
-        .transpose()
 }
 
 impl EventsService {
