@@ -743,6 +743,14 @@ async fn r_cp_19_graphql_and_rest_agree_operation_by_operation(store: Store) {
     assert_eq!(err, None);
     assert_eq!(edited["editSubscription"]["name"], "renamed");
     assert_eq!(edited["editSubscription"]["schemaMajor"], 2);
+    // timeoutMs: a value, then null puts the default back (REST's 0).
+    for (timeout, want) in [(json!(5000), 5000), (Value::Null, 10000)] {
+        let vars = json!({"id": id, "key": format!("t-{want}"), "m": null,
+            "input": {"schemaMajor": 2, "timeoutMs": timeout}});
+        let (timed, err) = gql(&hub, Some(&tok), &edit_q, vars).await;
+        assert_eq!(err, None, "{timed}");
+        assert_eq!(timed["editSubscription"]["timeoutMs"], want);
+    }
     let (_, stale) = gql(&hub, Some(&tok), &edit_q, vars("e-2")).await;
     let stale_rest = call(
         &hub,
@@ -1156,6 +1164,95 @@ async fn r_tr_2_grpc_and_rest_agree_operation_by_operation(store: Store) {
     }
 }
 
+/// R-CP-19: the OpenAPI document is as strict as the server at the edges a schema fuzzer found —
+/// each of these is refused by the server and outside what the document allows.
+async fn r_cp_19_the_document_refuses_what_the_server_refuses(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let doc = call(&hub, "GET", "/v1/openapi.json", None, &[], "")
+        .await
+        .json;
+    let param = |path: &str, method: &str, name: &str| -> Value {
+        let op = &doc["paths"][path];
+        op[method]["parameters"]
+            .as_array()
+            .into_iter()
+            .chain(op["parameters"].as_array())
+            .flatten()
+            .find(|p| p["name"] == name)
+            .map(|p| p["schema"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let schemas = &doc["components"]["schemas"];
+
+    // An empty idempotency key.
+    assert_eq!(
+        param("/v1/subscriptions", "post", "X-Idempotency")["minLength"],
+        1
+    );
+    assert_eq!(
+        create(&hub, &tok, "", &webhook("e")).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    // An empty cursor.
+    assert_eq!(param("/v1/subscriptions", "get", "cursor")["minLength"], 1);
+    let r = call(
+        &hub,
+        "GET",
+        "/v1/subscriptions?cursor=",
+        Some(&tok),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // schema_major over 1000.
+    assert_eq!(
+        schemas["NewSubscription"]["properties"]["schema_major"]["maximum"],
+        1000
+    );
+    let big = json!({"name": "m", "sink_kind": "pull", "schema_major": 1001}).to_string();
+    assert_eq!(
+        create(&hub, &tok, "k-major", &big).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // A property the resource does not have.
+    assert_eq!(schemas["NewSubscription"]["additionalProperties"], false);
+    assert_eq!(schemas["Edit"]["additionalProperties"], false);
+    let extra = json!({"name": "x", "sink_kind": "pull", "colour": 1}).to_string();
+    assert_eq!(
+        create(&hub, &tok, "k-extra", &extra).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // timeout_ms on a kind that is not a webhook.
+    assert!(schemas["NewSubscription"]["allOf"]
+        .to_string()
+        .contains("timeout_ms"));
+    let timed = json!({"name": "t", "sink_kind": "pull", "timeout_ms": 2000}).to_string();
+    assert_eq!(
+        create(&hub, &tok, "k-timeout", &timed).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // An unquoted If-Match.
+    let pattern = param("/v1/subscriptions/{id}", "patch", "If-Match")["pattern"]
+        .as_str()
+        .expect("If-Match has a pattern")
+        .to_owned();
+    assert!(pattern.contains('"'), "{pattern}");
+    let made = create(&hub, &tok, "k-ok", &webhook("ok")).await;
+    let id = made.json["id"].as_str().expect("id");
+    let unquoted = call(
+        &hub,
+        "PATCH",
+        &format!("/v1/subscriptions/{id}"),
+        Some(&tok),
+        &[("x-idempotency", "k-im"), ("if-match", "abc")],
+        &json!({"schema_major": 1}).to_string(),
+    )
+    .await;
+    assert_eq!(unquoted.status, StatusCode::BAD_REQUEST);
+}
+
 /// Every log line of this test binary, at TRACE, for the secrets check.
 static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -1275,5 +1372,6 @@ on_both_stores!(
     r_cp_19_graphql_and_rest_agree_operation_by_operation,
     r_tr_1_malformed_graphql_is_refused_and_writes_nothing,
     r_tr_2_grpc_and_rest_agree_operation_by_operation,
+    r_cp_19_the_document_refuses_what_the_server_refuses,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,
 );

@@ -308,8 +308,9 @@ impl EditSubscriptionInput {
         );
         match &self.timeout_ms {
             MaybeUndefined::Undefined => {}
+            // REST's way to put the default back.
             MaybeUndefined::Null => {
-                m.insert("timeout_ms".into(), Value::Null);
+                m.insert("timeout_ms".into(), 0.into());
             }
             MaybeUndefined::Value(t) => {
                 m.insert("timeout_ms".into(), (*t).into());

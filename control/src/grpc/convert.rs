@@ -151,7 +151,7 @@ pub fn edit_body(r: &pb::EditSubscriptionRequest) -> Vec<u8> {
         r.event_majors.as_ref().map(|t| json!(t.values)),
     );
     if r.reset_timeout {
-        m.insert("timeout_ms".into(), Value::Null);
+        m.insert("timeout_ms".into(), 0.into()); // REST's way to put the default back
     } else {
         put(&mut m, "timeout_ms", r.timeout_ms.map(Value::from));
     }

@@ -594,6 +594,14 @@ async fn failing_destination_dead_letters_then_replays(backend: Backend) {
         ("Failing", 1)
     );
 
+    // A limit outside what the document allows is refused, not clamped.
+    for bad in ["0", "1001"] {
+        let (status, _) = api
+            .call("GET", &format!("{dead_path}?limit={bad}"), None)
+            .await;
+        assert_eq!(status, 400, "limit={bad}");
+    }
+
     // Another tenant cannot see or replay them.
     let stranger = Tenant::new(&engine, dir.path(), "someone-else");
     assert_eq!(stranger.call("GET", &dead_path, None).await.0, 404);
