@@ -209,6 +209,7 @@ impl ControlConfig {
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
             events: std::sync::OnceLock::new(),
             local_index: std::sync::OnceLock::new(),
+            outcomes: Default::default(),
             rotation_overlap_ms: self.rotation_overlap_ms,
             idem,
             now_ms,

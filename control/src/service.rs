@@ -100,6 +100,9 @@ pub struct Control {
     /// once its index has the change, so an event posted right after a create, ping or resume
     /// is matched. Across processes engines catch up within a second (R-MA-3).
     pub local_index: std::sync::OnceLock<Arc<dyn LocalIndex>>,
+    /// Each attempt's outcome as the engine in this process settles it (GraphQL's live
+    /// `deliveryOutcomes`); nothing is published in a control process without an engine.
+    pub outcomes: hub_core::outcomes::OutcomeFeed,
     pub idem: IdemSettings,
     /// How long a rotated-out signing secret keeps signing (R-CP-9: 24 h).
     pub rotation_overlap_ms: i64,

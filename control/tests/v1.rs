@@ -1253,6 +1253,46 @@ async fn r_cp_19_the_document_refuses_what_the_server_refuses(store: Store) {
     assert_eq!(unquoted.status, StatusCode::BAD_REQUEST);
 }
 
+/// R-TR-1: a control process with no engine refuses the live `deliveryOutcomes` with
+/// `served_by_the_engine` (it has no outcomes to stream), over `graphql-transport-ws`.
+async fn r_tr_1_a_control_process_alone_says_where_live_outcomes_are(store: Store) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let made = create(&hub, &tok, "k", &webhook("w")).await;
+    let id = made.json["id"].as_str().expect("id").to_owned();
+    let url = serve(&hub).await.replace("http://", "ws://") + "/graphql/ws";
+    let mut request = url.into_client_request().expect("request");
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().expect("header"),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("websocket");
+    let init =
+        json!({"type": "connection_init", "payload": {"authorization": format!("Bearer {tok}")}});
+    ws.send(Message::Text(init.to_string().into()))
+        .await
+        .expect("send");
+    let ack = ws.next().await.expect("open").expect("frame");
+    assert!(ack.to_text().expect("text").contains("connection_ack"));
+    let query = "subscription($id: String!) { deliveryOutcomes(subscriptionId: $id) { outcome } }";
+    let subscribe = json!({"id": "1", "type": "subscribe", "payload": {"query": query, "variables": {"id": id}}});
+    ws.send(Message::Text(subscribe.to_string().into()))
+        .await
+        .expect("send");
+    let answer = ws.next().await.expect("open").expect("frame");
+    let answer: Value = serde_json::from_str(answer.to_text().expect("text")).expect("JSON");
+    // A resolver's error comes as a result with errors (`next`), a request's as `error`.
+    let code = answer["payload"]["errors"][0]["extensions"]["code"]
+        .as_str()
+        .or(answer["payload"][0]["extensions"]["code"].as_str());
+    assert_eq!(code, Some("served_by_the_engine"), "{answer}");
+}
+
 /// Every log line of this test binary, at TRACE, for the secrets check.
 static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -1373,5 +1413,6 @@ on_both_stores!(
     r_tr_1_malformed_graphql_is_refused_and_writes_nothing,
     r_tr_2_grpc_and_rest_agree_operation_by_operation,
     r_cp_19_the_document_refuses_what_the_server_refuses,
+    r_tr_1_a_control_process_alone_says_where_live_outcomes_are,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,
 );

@@ -115,6 +115,9 @@ error_codes! {
     NotAPullSubscription = "not_a_pull_subscription", 422, FailedPrecondition;
     /// Only a webhook subscription has a signing secret to rotate (R-CP-9).
     RotationUnsupported = "rotation_unsupported", 422, FailedPrecondition;
+    /// What was asked is served where an engine runs (the standalone hub), not by a control
+    /// process on its own.
+    ServedByTheEngine = "served_by_the_engine", 501, Unimplemented;
     /// The store could not be reached: the request fails closed, nothing is promised.
     StoreUnavailable = "store_unavailable", 503, Unavailable;
     /// The resolver failed; retry (R-SEC-2).

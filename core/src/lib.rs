@@ -7,5 +7,6 @@ pub mod cql;
 pub mod destination;
 pub mod error;
 pub mod model;
+pub mod outcomes;
 pub mod secrets;
 pub mod sink;

@@ -4,16 +4,19 @@
 //! service's code in `extensions.code` (R-CP-18). Idempotency keys and `If-Match` are arguments.
 //! The SDL is committed as `schema/graphql/schema.graphql`.
 
+mod live;
 mod types;
 
 use std::sync::Arc;
 
 use async_graphql::http::GraphiQLSource;
-use async_graphql::{Context, EmptySubscription, ErrorExtensions, Object, Schema};
-use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
+use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
+use async_graphql::{Context, Data, ErrorExtensions, Object, Schema};
+use async_graphql_axum::{GraphQLProtocol, GraphQLRequest, GraphQLResponse, GraphQLWebSocket};
 use axum::extract::State;
+use axum::extract::WebSocketUpgrade;
 use axum::http::HeaderMap;
-use axum::response::{Html, IntoResponse};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde_json::Value;
@@ -30,10 +33,10 @@ const MAX_DEPTH: usize = 8;
 /// Most fields one query may select.
 const MAX_COMPLEXITY: usize = 400;
 
-pub type HubSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+pub type HubSchema = Schema<QueryRoot, MutationRoot, live::SubscriptionRoot>;
 
 pub fn schema(control: Arc<Control>) -> HubSchema {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+    Schema::build(QueryRoot, MutationRoot, live::SubscriptionRoot)
         .data(control)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
@@ -42,7 +45,7 @@ pub fn schema(control: Arc<Control>) -> HubSchema {
 
 /// The SDL the server serves (compared with the committed file by a test).
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+    Schema::build(QueryRoot, MutationRoot, live::SubscriptionRoot)
         .finish()
         .sdl()
 }
@@ -56,6 +59,7 @@ struct Gql {
 pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
     Router::new()
         .route("/graphql", get(graphiql).post(serve))
+        .route("/graphql/ws", get(live_socket))
         .layer(axum::extract::DefaultBodyLimit::max(crate::http::MAX_BODY))
         .with_state(Gql {
             schema: schema(control),
@@ -64,7 +68,12 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
 }
 
 async fn graphiql() -> impl IntoResponse {
-    Html(GraphiQLSource::build().endpoint("/graphql").finish())
+    Html(
+        GraphiQLSource::build()
+            .endpoint("/graphql")
+            .subscription_endpoint("/graphql/ws")
+            .finish(),
+    )
 }
 
 /// The caller, as the token says (or why not): resolvers ask for it, so a query of the schema
@@ -84,6 +93,38 @@ async fn serve(State(gql): State<Gql>, headers: HeaderMap, req: GraphQLRequest) 
         .execute(req.into_inner().data(caller))
         .await
         .into()
+}
+
+/// `/graphql/ws`: live subscriptions. The caller is the `connection_init` payload's
+/// `authorization`, else the upgrade request's header.
+async fn live_socket(
+    State(gql): State<Gql>,
+    headers: HeaderMap,
+    protocol: GraphQLProtocol,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let header = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    upgrade
+        .protocols(ALL_WEBSOCKET_PROTOCOLS)
+        .on_upgrade(move |socket| {
+            let verifier = gql.verifier.clone();
+            GraphQLWebSocket::new(socket, gql.schema.clone(), protocol)
+                .on_connection_init(move |payload| async move {
+                    let token = payload
+                        .get("authorization")
+                        .or_else(|| payload.get("Authorization"))
+                        .and_then(|t| t.as_str())
+                        .map(str::to_owned)
+                        .or(header);
+                    let mut data = Data::default();
+                    data.insert(Caller(verifier.verify(token.as_deref())));
+                    Ok(data)
+                })
+                .serve()
+        })
 }
 
 /// An API error as GraphQL reports it: the message, and the code (with any extra fields of the

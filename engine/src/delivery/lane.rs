@@ -537,6 +537,7 @@ impl DeliveryLane {
             now,
             &mut lane.rng,
         );
+        self.publish(&f.job, &settled);
         let c = &self.counters;
         match &settled {
             Settled::Delivered(_) => c.delivered.fetch_add(1, Ordering::Relaxed),
@@ -547,6 +548,30 @@ impl DeliveryLane {
             _ => c.failed_attempts.fetch_add(1, Ordering::Relaxed),
         };
         lane.settle.push(Settlement { job: id, settled });
+    }
+
+    /// Tells live readers (GraphQL's `deliveryOutcomes`) what became of the attempt.
+    fn publish(&self, job: &JobRecord, settled: &Settled) {
+        use hub_core::outcomes::{DeliveryOutcome, Settlement};
+        let (settlement, record) = match settled {
+            Settled::Delivered(r) => (Settlement::Delivered, Some(r)),
+            Settled::RetryAt(_, r) => (Settlement::Retrying, Some(r)),
+            Settled::DeadLetter { attempt, .. } => (Settlement::DeadLettered, attempt.as_ref()),
+            _ => return,
+        };
+        let Some(record) = record else { return };
+        self.control.outcomes.publish(DeliveryOutcome {
+            tenant: job.tenant.clone(),
+            subscription: job.subscription,
+            event_id: job.event_id,
+            seq: job.event_seq,
+            attempt: job.attempts + 1,
+            settlement,
+            at_ms: record.at_ms,
+            duration_ms: record.duration_ms,
+            error_class: record.error_class.clone(),
+            status_code: record.status_code,
+        });
     }
 
     /// Writes an attempt's outcome to the subscription's timestamps (R-CP-2); fire and forget

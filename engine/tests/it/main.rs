@@ -6,6 +6,7 @@ mod catalog;
 mod delivery;
 mod delivery_load;
 mod edit;
+mod graphql_live;
 mod hubctl;
 mod ingest_kafka;
 mod pull;

@@ -1,0 +1,84 @@
+//! GraphQL's live subscriptions, over WebSocket at `/graphql/ws` (`graphql-transport-ws`, and
+//! the legacy `graphql-ws`). The token comes in the connection's `connection_init` payload
+//! (`{"authorization": "Bearer …"}`) or the upgrade request's `Authorization` header.
+
+use async_graphql::{Context, SimpleObject, Subscription};
+use futures::{Stream, StreamExt};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{error, parts};
+use hub_core::error::{ApiError, ErrorCode};
+use hub_core::outcomes::DeliveryOutcome;
+
+/// One attempt's outcome, as it happens.
+#[derive(SimpleObject, Debug)]
+pub struct DeliveryOutcomeNode {
+    pub subscription_id: String,
+    pub event_id: String,
+    pub seq: u64,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// delivered, retrying or dead_lettered.
+    pub outcome: String,
+    pub at: String,
+    pub duration_ms: u64,
+    pub error_class: Option<String>,
+    pub status_code: Option<u16>,
+}
+
+impl From<DeliveryOutcome> for DeliveryOutcomeNode {
+    fn from(o: DeliveryOutcome) -> Self {
+        Self {
+            subscription_id: o.subscription.to_string(),
+            event_id: o.event_id.to_string(),
+            seq: o.seq,
+            attempt: o.attempt,
+            outcome: o.settlement.as_str().to_owned(),
+            at: hub_core::model::rfc3339(o.at_ms),
+            duration_ms: o.duration_ms,
+            error_class: o.error_class,
+            status_code: o.status_code,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct SubscriptionRoot;
+
+#[Subscription]
+impl SubscriptionRoot {
+    /// Each delivery attempt of one of the tenant's subscriptions, as its outcome is settled (a
+    /// success, a failure with a retry due, a dead letter), in the order they happen. Served where
+    /// an engine runs (the standalone hub); a reader more than 1024 outcomes behind skips ahead.
+    async fn delivery_outcomes(
+        &self,
+        ctx: &Context<'_>,
+        subscription_id: String,
+    ) -> async_graphql::Result<impl Stream<Item = DeliveryOutcomeNode>> {
+        let (control, who) = parts(ctx)?;
+        control.get(who, &subscription_id).await.map_err(error)?;
+        if control.local_index.get().is_none() {
+            return Err(error(ApiError::new(
+                ErrorCode::ServedByTheEngine,
+                "this control process runs no engine: subscribe at the standalone hub's address",
+            )));
+        }
+        let (tenant, id) = (who.tenant.clone(), subscription_id);
+        let feed = control.outcomes.subscribe();
+        let outcomes = futures::stream::unfold(feed, |mut feed| async move {
+            loop {
+                match feed.recv().await {
+                    Ok(o) => return Some((o, feed)),
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+        });
+        Ok(outcomes
+            .filter(move |o| {
+                let mine = o.tenant == tenant && o.subscription.to_string() == id;
+                async move { mine }
+            })
+            .map(DeliveryOutcomeNode::from))
+    }
+}
