@@ -210,6 +210,7 @@ impl ControlConfig {
             events: std::sync::OnceLock::new(),
             local_index: std::sync::OnceLock::new(),
             outcomes: Default::default(),
+            reader: std::sync::OnceLock::new(),
             rotation_overlap_ms: self.rotation_overlap_ms,
             idem,
             now_ms,

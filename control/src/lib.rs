@@ -1,7 +1,11 @@
 //! The Streaming Hub control plane: REST `/v1` for subscriptions (issue 5), in data-flow order:
 //! `http` (transport) → `auth` (Access Manager JWT) → `service` (the rules: idempotency, ETags,
 //! validation) → `model` / `destination` / `catalog` / `secrets` (pure checks and sealing) →
-//! `store` (subscriptions, revision log, idempotency records).
+//! `store` (subscriptions, revision log, idempotency records). REST, GraphQL (`graphql/`) and gRPC
+//! (`grpc/`) are the transports of one service; `reader` is the engine's window for what it holds.
+
+// The merged GraphQL roots nest their resolvers' futures deeper than the default limit allows.
+#![recursion_limit = "256"]
 
 pub mod answer;
 pub mod auth;
@@ -12,6 +16,7 @@ pub mod grpc;
 pub mod http;
 pub mod onboarding;
 pub mod probe;
+pub mod reader;
 pub mod rotation;
 pub mod service;
 pub mod store;

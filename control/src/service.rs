@@ -103,6 +103,8 @@ pub struct Control {
     /// Each attempt's outcome as the engine in this process settles it (GraphQL's live
     /// `deliveryOutcomes`); nothing is published in a control process without an engine.
     pub outcomes: hub_core::outcomes::OutcomeFeed,
+    /// The engine in this process, for what it holds (pull, dead letters, health).
+    pub reader: std::sync::OnceLock<Arc<dyn crate::reader::DeliveryReader>>,
     pub idem: IdemSettings,
     /// How long a rotated-out signing secret keeps signing (R-CP-9: 24 h).
     pub rotation_overlap_ms: i64,

@@ -1291,6 +1291,15 @@ async fn r_tr_1_a_control_process_alone_says_where_live_outcomes_are(store: Stor
         .as_str()
         .or(answer["payload"][0]["extensions"]["code"].as_str());
     assert_eq!(code, Some("served_by_the_engine"), "{answer}");
+    // So do the queries over what an engine holds.
+    let (_, code) = gql(
+        &hub,
+        Some(&tok),
+        "query($id: String!) { deadLetters(subscriptionId: $id) { items { id } } }",
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(code.as_deref(), Some("served_by_the_engine"));
 }
 
 /// Every log line of this test binary, at TRACE, for the secrets check.

@@ -33,8 +33,7 @@ pub struct DeliveryApi {
 }
 
 /// The REST routes of what the engine knows, and the `Events` gRPC service (pull by `seq`).
-pub fn router(api: DeliveryApi) -> Router {
-    let api = Arc::new(api);
+pub fn router(api: Arc<DeliveryApi>) -> Router {
     let events = crate::grpc::router(api.clone());
     Router::new()
         .route("/v1/subscriptions/{id}/dead-letters", get(list_dead))
@@ -305,5 +304,36 @@ impl DeliveryApi {
             "dead_letters": stats.dead_letters,
             "auto_disable": auto,
         }))
+    }
+}
+
+/// The control plane's window on what this engine holds (GraphQL's pull, dead letters and
+/// health in the standalone hub): the same functions the REST routes and gRPC services call.
+#[async_trait::async_trait]
+impl hub_control::reader::DeliveryReader for DeliveryApi {
+    async fn events(
+        &self,
+        sub: &Subscription,
+        after: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<Value, ApiError> {
+        self.pull_page(sub.clone(), after, limit).await
+    }
+
+    async fn dead_letters(
+        &self,
+        sub: &Subscription,
+        cursor: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Value, ApiError> {
+        DeliveryApi::dead_letters(self, sub, cursor, limit).await
+    }
+
+    async fn replay(&self, sub: &Subscription, ids: Option<&[String]>) -> Result<u64, ApiError> {
+        self.replay_dead(sub, ids).await
+    }
+
+    async fn health(&self, sub: &Subscription) -> Result<Value, ApiError> {
+        self.health_view(sub).await
     }
 }

@@ -107,12 +107,14 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         counters: all_counters,
         delivery: delivery.counters.clone(),
     });
-    let delivery_routes = crate::delivery_api::router(crate::delivery_api::DeliveryApi {
+    let delivery_api = Arc::new(crate::delivery_api::DeliveryApi {
         store: store.clone(),
         control: control_service.store.clone(),
         verifier: operators.clone(),
         autodisable: delivery.autodisable(),
     });
+    let _ = control_service.reader.set(delivery_api.clone());
+    let delivery_routes = crate::delivery_api::router(delivery_api);
     let http = Arc::new(HttpIngest {
         store: store.clone(),
         counters: http_counters,

@@ -37,31 +37,54 @@ pub async fn events(
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
-    if sub.sink_kind != SinkKind::Pull {
-        return ApiError::new(
-            ErrorCode::NotAPullSubscription,
-            format!(
-                "a {} subscription is delivered by push, not read",
-                sub.sink_kind
-            ),
-        )
-        .into_response();
-    }
-    let (after, limit) = match paging(&q) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
+    let page = async {
+        let (after, limit) = paging(&q)?;
+        api.pull_page(sub, after, Some(limit)).await
     };
-    let page = match read_page(&*api.store, &sub, after, limit).await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "pull read failed");
-            return ApiError::unavailable("the event log is unavailable; retry").into_response();
+    match page.await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+impl DeliveryApi {
+    /// A pull page of `sub` (R-CP-14), for every transport: `{"items", "next_after"}`; a read
+    /// of an active subscription marks its `last_success_at`.
+    pub(crate) async fn pull_page(
+        &self,
+        sub: Subscription,
+        after: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<Value, ApiError> {
+        if sub.sink_kind != SinkKind::Pull {
+            return Err(ApiError::new(
+                ErrorCode::NotAPullSubscription,
+                format!(
+                    "a {} subscription is delivered by push, not read",
+                    sub.sink_kind
+                ),
+            ));
         }
-    };
-    if sub.enabled && !sub.paused {
-        mark_success(&api, sub).await;
+        let limit = match limit {
+            None => DEFAULT_LIMIT,
+            Some(l) if (1..=MAX_LIMIT).contains(&l) => l,
+            Some(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "limit is from 1 to {MAX_LIMIT}"
+                )))
+            }
+        };
+        let page = read_page(&*self.store, &sub, after, limit)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "pull read failed");
+                ApiError::unavailable("the event log is unavailable; retry")
+            })?;
+        if sub.enabled && !sub.paused {
+            mark_success(self, sub).await;
+        }
+        Ok(page_view(&page))
     }
-    Json(page_view(&page)).into_response()
 }
 
 /// `after` (a seq) and `limit` (1 to [`MAX_LIMIT`]); anything else is a 400.

@@ -7,7 +7,6 @@ use futures::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{error, parts};
-use hub_core::error::{ApiError, ErrorCode};
 use hub_core::outcomes::DeliveryOutcome;
 
 /// One attempt's outcome, as it happens.
@@ -58,10 +57,7 @@ impl SubscriptionRoot {
         let (control, who) = parts(ctx)?;
         control.get(who, &subscription_id).await.map_err(error)?;
         if control.local_index.get().is_none() {
-            return Err(error(ApiError::new(
-                ErrorCode::ServedByTheEngine,
-                "this control process runs no engine: subscribe at the standalone hub's address",
-            )));
+            return Err(error(crate::reader::no_engine()));
         }
         let (tenant, id) = (who.tenant.clone(), subscription_id);
         let feed = control.outcomes.subscribe();

@@ -4,6 +4,7 @@
 //! service's code in `extensions.code` (R-CP-18). Idempotency keys and `If-Match` are arguments.
 //! The SDL is committed as `schema/graphql/schema.graphql`.
 
+mod deliveries;
 mod live;
 mod types;
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 
 use async_graphql::http::GraphiQLSource;
 use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
-use async_graphql::{Context, Data, ErrorExtensions, Object, Schema};
+use async_graphql::{Context, Data, ErrorExtensions, MergedObject, Object, Schema};
 use async_graphql_axum::{GraphQLProtocol, GraphQLRequest, GraphQLResponse, GraphQLWebSocket};
 use axum::extract::State;
 use axum::extract::WebSocketUpgrade;
@@ -35,19 +36,35 @@ const MAX_COMPLEXITY: usize = 400;
 
 pub type HubSchema = Schema<QueryRoot, MutationRoot, live::SubscriptionRoot>;
 
+/// Every query: the control plane's and the engine's.
+#[derive(MergedObject, Default, Debug)]
+pub struct QueryRoot(SubscriptionQueries, deliveries::DeliveryQueries);
+
+/// Every mutation.
+#[derive(MergedObject, Default, Debug)]
+pub struct MutationRoot(SubscriptionMutations, deliveries::DeliveryMutations);
+
 pub fn schema(control: Arc<Control>) -> HubSchema {
-    Schema::build(QueryRoot, MutationRoot, live::SubscriptionRoot)
-        .data(control)
-        .limit_depth(MAX_DEPTH)
-        .limit_complexity(MAX_COMPLEXITY)
-        .finish()
+    Schema::build(
+        QueryRoot::default(),
+        MutationRoot::default(),
+        live::SubscriptionRoot,
+    )
+    .data(control)
+    .limit_depth(MAX_DEPTH)
+    .limit_complexity(MAX_COMPLEXITY)
+    .finish()
 }
 
 /// The SDL the server serves (compared with the committed file by a test).
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, live::SubscriptionRoot)
-        .finish()
-        .sdl()
+    Schema::build(
+        QueryRoot::default(),
+        MutationRoot::default(),
+        live::SubscriptionRoot,
+    )
+    .finish()
+    .sdl()
 }
 
 #[derive(Clone)]
@@ -162,11 +179,11 @@ fn node(served: Served) -> Out<SubscriptionNode> {
     body(served).map(|(view, etag)| SubscriptionNode { view, etag })
 }
 
-#[derive(Debug)]
-pub struct QueryRoot;
+#[derive(Debug, Default)]
+pub struct SubscriptionQueries;
 
 #[Object]
-impl QueryRoot {
+impl SubscriptionQueries {
     /// The tenant's subscriptions, a page at a time (`limit` 1 to 200, default 50).
     async fn subscriptions(
         &self,
@@ -212,11 +229,11 @@ impl QueryRoot {
     }
 }
 
-#[derive(Debug)]
-pub struct MutationRoot;
+#[derive(Debug, Default)]
+pub struct SubscriptionMutations;
 
 #[Object]
-impl MutationRoot {
+impl SubscriptionMutations {
     /// Creates a subscription (R-CP-3); its answer is the only one that shows the secret.
     async fn create_subscription(
         &self,
@@ -335,7 +352,7 @@ impl MutationRoot {
     }
 }
 
-impl MutationRoot {
+impl SubscriptionMutations {
     async fn set_paused(
         &self,
         ctx: &Context<'_>,

@@ -143,6 +143,27 @@ async fn subscribe_streams_and_resumes(backend: Backend) {
     let grpc_ids: Vec<&str> = page.items.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(grpc_ids, rest_ids);
     assert_eq!(Some(page.next_after), rest["next_after"].as_u64());
+    // And over GraphQL (R-TR-1).
+    let query = "query($id: String!) { events(subscriptionId: $id, after: 0, limit: 3) \
+                 { items { id seq data } nextAfter } }";
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/graphql", setup.engine.http))
+        .bearer_auth(api.token())
+        .json(&json!({"query": query, "variables": {"id": id}}))
+        .send()
+        .await
+        .expect("graphql")
+        .json()
+        .await
+        .expect("JSON");
+    let gql_ids: Vec<&str> = answer["data"]["events"]["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["id"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(gql_ids, rest_ids, "{answer}");
+    assert_eq!(answer["data"]["events"]["nextAfter"], rest["next_after"]);
 
     // Refusals: a push subscription, another tenant, no token.
     let (status, push) = api
