@@ -38,6 +38,20 @@ async fn next(ws: &mut Socket) -> Value {
     }
 }
 
+/// A GraphQL request over HTTP with `$id` set to `id`; the whole answer.
+pub(crate) async fn graphql(http: &str, token: &str, id: &str, query: &str) -> Value {
+    reqwest::Client::new()
+        .post(format!("{http}/graphql"))
+        .bearer_auth(token)
+        .json(&json!({"query": query, "variables": {"id": id}}))
+        .send()
+        .await
+        .expect("graphql")
+        .json()
+        .await
+        .expect("JSON")
+}
+
 /// A `graphql-transport-ws` connection to the hub, initialised with `token`.
 async fn connect(http: &str, token: &str) -> Socket {
     let url = http.replace("http://", "ws://") + "/graphql/ws";
@@ -124,34 +138,19 @@ async fn r_tr_1_delivery_outcomes_stream_a_success_a_failure_and_a_dead_letter_i
     }
 
     // Queries over what the engine holds: the dead letter, the health, a replay (R-CP-19).
-    let gql = |query: &'static str| {
-        let (http, token, id) = (
-            setup.engine.http.clone(),
-            setup.api.token().to_owned(),
-            id.clone(),
-        );
-        async move {
-            let body = json!({"query": query, "variables": {"id": id}});
-            let answer: Value = reqwest::Client::new()
-                .post(format!("{http}/graphql"))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .expect("graphql")
-                .json()
-                .await
-                .expect("JSON");
-            answer
-        }
-    };
-    let letters = gql("query($id: String!) { deadLetters(subscriptionId: $id) { items { id eventId attempts lastAttempt { errorClass statusCode } } } deliveryHealth(subscriptionId: $id) { status deadLetters } }").await;
+    let letters = graphql(&setup.engine.http, setup.api.token(), &id, "query($id: String!) { deadLetters(subscriptionId: $id) { items { id eventId attempts lastAttempt { errorClass statusCode } } } deliveryHealth(subscriptionId: $id) { status deadLetters } }").await;
     let item = &letters["data"]["deadLetters"]["items"][0];
     assert_eq!(item["eventId"], failing.to_string(), "{letters}");
     assert_eq!(item["lastAttempt"]["statusCode"], 500);
     assert_eq!(letters["data"]["deliveryHealth"]["status"], "Failing");
     setup.receiver.script(&[], Act::Status(204));
-    let replayed = gql("mutation($id: String!) { replayDeadLetters(subscriptionId: $id) }").await;
+    let replayed = graphql(
+        &setup.engine.http,
+        setup.api.token(),
+        &id,
+        "mutation($id: String!) { replayDeadLetters(subscriptionId: $id) }",
+    )
+    .await;
     assert_eq!(replayed["data"]["replayDeadLetters"], 1, "{replayed}");
     let again = next(&mut ws).await;
     let o = &again["payload"]["data"]["deliveryOutcomes"];

@@ -146,16 +146,7 @@ async fn subscribe_streams_and_resumes(backend: Backend) {
     // And over GraphQL (R-TR-1).
     let query = "query($id: String!) { events(subscriptionId: $id, after: 0, limit: 3) \
                  { items { id seq data } nextAfter } }";
-    let answer: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/graphql", setup.engine.http))
-        .bearer_auth(api.token())
-        .json(&json!({"query": query, "variables": {"id": id}}))
-        .send()
-        .await
-        .expect("graphql")
-        .json()
-        .await
-        .expect("JSON");
+    let answer = crate::graphql_live::graphql(&setup.engine.http, api.token(), &id, query).await;
     let gql_ids: Vec<&str> = answer["data"]["events"]["items"]
         .as_array()
         .expect("items")
