@@ -239,7 +239,7 @@ async fn sink_limit(
             "raw SDK SendMessage to the same moto server (16 senders)".into(),
             crate::sinks::raw_sqs_rate(body_bytes).await?,
         ),
-        SinkChoice::Pull | SinkChoice::Webhook => {
+        SinkChoice::Pull | SinkChoice::PullGrpc | SinkChoice::Webhook => {
             let opened: Arc<dyn hub_engine::store::Store> = match store.0 {
                 StoreChoice::Embedded => Arc::new(
                     hub_engine::store::embedded::EmbeddedStore::open(&store.2.join("hub.redb"))

@@ -41,6 +41,8 @@ pub enum SinkChoice {
     Rabbitmq,
     Sqs,
     Pull,
+    /// Pull over gRPC: one `Events.Subscribe` stream per subscription.
+    PullGrpc,
 }
 
 impl SinkChoice {
@@ -52,7 +54,7 @@ impl SinkChoice {
                 "127.0.0.1,127.0.0.1:5672".into(),
             )],
             SinkChoice::Sqs => vec![("STREAMING_HUB_AWS_ENDPOINT_URL".into(), MOTO.into())],
-            SinkChoice::Webhook | SinkChoice::Pull => Vec::new(),
+            SinkChoice::Webhook | SinkChoice::Pull | SinkChoice::PullGrpc => Vec::new(),
         }
     }
 
@@ -63,6 +65,7 @@ impl SinkChoice {
             SinkChoice::Rabbitmq => "rabbitmq",
             SinkChoice::Sqs => "sqs",
             SinkChoice::Pull => "pull",
+            SinkChoice::PullGrpc => "pull-grpc",
         }
     }
 }
@@ -146,7 +149,7 @@ impl Consumers {
                     Some(json!({"access_key_id": "loadtest", "secret_access_key": "loadtest"})),
                 )
             }
-            SinkChoice::Pull => (json!({"sink_kind": "pull"}), None),
+            SinkChoice::Pull | SinkChoice::PullGrpc => (json!({"sink_kind": "pull"}), None),
             SinkChoice::Webhook => anyhow::bail!("webhooks go to the receivers"),
         })
     }
@@ -294,6 +297,26 @@ impl Consumers {
                         if items.is_empty() {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
+                    }
+                });
+            }
+            SinkChoice::PullGrpc => {
+                let events = format!("{hub_url}/v1/subscriptions/{id}/events");
+                if let Ok(mut p) = self.pulls.lock() {
+                    p.push((events, token.to_owned()));
+                }
+                let (hub_url, token, tenant, id) =
+                    (hub_url.to_owned(), token.to_owned(), tenant.to_owned(), id.to_owned());
+                self.spawn(async move {
+                    let mut after = 0;
+                    // Reconnects from its cursor: a backlog run subscribes through a first hub.
+                    while !stop.load(Ordering::Relaxed) {
+                        after = stream_events(&hub_url, &token, &id, after, |e| {
+                            let data: Value = serde_json::from_slice(&e.data).unwrap_or_default();
+                            tally.record(&path, &e.id, &tenant, data["sent_ms"].as_i64());
+                        })
+                        .await;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 });
             }
@@ -504,4 +527,35 @@ pub async fn raw_scan_rate(
         }
     }
     Ok(read as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// Reads `Events.Subscribe` from `after` until the stream ends or fails; answers the last cursor.
+async fn stream_events(
+    hub_url: &str,
+    token: &str,
+    id: &str,
+    after: u64,
+    mut each: impl FnMut(&hub_control::grpc::pb::Event),
+) -> u64 {
+    use hub_control::grpc::pb::{events_client::EventsClient, SubscribeRequest};
+    let Ok(mut client) = EventsClient::connect(hub_url.to_owned()).await else {
+        return after;
+    };
+    let mut request = tonic::Request::new(SubscribeRequest {
+        subscription_id: id.to_owned(),
+        after,
+    });
+    if let Ok(v) = format!("Bearer {token}").parse() {
+        request.metadata_mut().insert("authorization", v);
+    }
+    let Ok(answer) = client.subscribe(request).await else {
+        return after;
+    };
+    let mut stream = answer.into_inner();
+    let mut cursor = after;
+    while let Ok(Some(e)) = stream.message().await {
+        each(&e);
+        cursor = e.cursor;
+    }
+    cursor
 }
