@@ -305,8 +305,12 @@ impl Consumers {
                 if let Ok(mut p) = self.pulls.lock() {
                     p.push((events, token.to_owned()));
                 }
-                let (hub_url, token, tenant, id) =
-                    (hub_url.to_owned(), token.to_owned(), tenant.to_owned(), id.to_owned());
+                let (hub_url, token, tenant, id) = (
+                    hub_url.to_owned(),
+                    token.to_owned(),
+                    tenant.to_owned(),
+                    id.to_owned(),
+                );
                 self.spawn(async move {
                     let mut after = 0;
                     // Reconnects from its cursor: a backlog run subscribes through a first hub.
