@@ -39,7 +39,7 @@ pub struct EventNode {
     pub data_base64: Option<String>,
 }
 
-fn event(v: &Value) -> EventNode {
+pub(super) fn event(v: &Value) -> EventNode {
     EventNode {
         seq: number(v, "seq"),
         id: text(v, "id").unwrap_or_default(),
@@ -145,7 +145,7 @@ fn health(v: &Value) -> DeliveryHealthNode {
 }
 
 /// The engine's reader and the caller's subscription `id` (token, permission, tenant checked).
-async fn reader_and_sub<'c>(
+pub(super) async fn reader_and_sub<'c>(
     ctx: &'c Context<'_>,
     id: &str,
     need: Permission,

@@ -6,6 +6,9 @@ use async_graphql::{Context, SimpleObject, Subscription};
 use futures::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 
+use std::collections::VecDeque;
+
+use super::deliveries::{event, reader_and_sub, EventNode};
 use super::{error, parts};
 use hub_core::outcomes::DeliveryOutcome;
 
@@ -41,11 +44,74 @@ impl From<DeliveryOutcome> for DeliveryOutcomeNode {
     }
 }
 
+/// How long a caught-up `events` stream waits before reading again.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+/// Events read at a time for an `events` stream.
+const STREAM_PAGE: usize = 100;
+
 #[derive(Debug)]
 pub struct SubscriptionRoot;
 
 #[Subscription]
 impl SubscriptionRoot {
+    /// A pull subscription's events after `after` (0: from the start of retention) in `seq`
+    /// order, then new ones as they are stored (R-CP-14); each carries its `seq` to resume after.
+    /// Moves no read position. Served where an engine runs.
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        subscription_id: String,
+        after: u64,
+    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<EventNode>>> {
+        // The checks of a read (permission, tenant, an engine here), once at the start.
+        reader_and_sub(ctx, &subscription_id, crate::auth::Permission::Get).await?;
+        let (control, who) = parts(ctx)?;
+        let reader = control
+            .reader
+            .get()
+            .cloned()
+            .ok_or_else(|| error(crate::reader::no_engine()))?;
+        let (control, who) = (control.clone(), who.clone());
+        let state = (VecDeque::new(), after, false);
+        Ok(futures::stream::unfold(
+            state,
+            move |(mut ready, mut cursor, done)| {
+                let (reader, control, who, id) = (
+                    reader.clone(),
+                    control.clone(),
+                    who.clone(),
+                    subscription_id.clone(),
+                );
+                async move {
+                    if done {
+                        return None;
+                    }
+                    loop {
+                        if let Some(e) = ready.pop_front() {
+                            return Some((Ok(e), (ready, cursor, false)));
+                        }
+                        // Read the subscription again each page: a pause or a delete applies at once.
+                        let page = match control.live(&who, &id).await {
+                            Ok(sub) => reader.events(&sub, Some(cursor), Some(STREAM_PAGE)).await,
+                            Err(e) => Err(e),
+                        };
+                        match page {
+                            Ok(page) => {
+                                cursor = page["next_after"].as_u64().unwrap_or(cursor).max(cursor);
+                                let items = page["items"].as_array().cloned().unwrap_or_default();
+                                if items.is_empty() {
+                                    tokio::time::sleep(FOLLOW_EVERY).await;
+                                }
+                                ready.extend(items.iter().map(event));
+                            }
+                            Err(e) => return Some((Err(error(e)), (ready, cursor, true))),
+                        }
+                    }
+                }
+            },
+        ))
+    }
+
     /// Each delivery attempt of one of the tenant's subscriptions, as its outcome is settled (a
     /// success, a failure with a retry due, a dead letter), in the order they happen. Served where
     /// an engine runs (the standalone hub); a reader more than 1024 outcomes behind skips ahead.

@@ -176,3 +176,56 @@ async fn r_tr_1_delivery_outcomes_stream_a_success_a_failure_and_a_dead_letter_i
     drop((ws, stranger));
     setup.engine.stop();
 }
+
+/// R-TR-1, R-CP-14: GraphQL's `events` subscription streams a pull subscription's stored events
+/// in `seq` order, then new ones as they are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_tr_1_events_stream_stored_then_new_events_in_seq_order() {
+    let setup = Setup::start("gql-events").await;
+    let id = crate::pull::create_pull(&setup.api, "stream", json!({})).await;
+    let mut produced = ingest_pull_events(&setup, 3).await;
+    let mut ws = connect(&setup.engine.http, setup.api.token()).await;
+    let query =
+        "subscription($id: String!) { events(subscriptionId: $id, after: 0) { id seq key } }";
+    send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": {"query": query, "variables": {"id": id}}}),
+    )
+    .await;
+    let mut got = Vec::new();
+    let mut seqs = Vec::new();
+    while got.len() < 5 {
+        if got.len() == 3 {
+            produced.extend(ingest_pull_events(&setup, 2).await);
+        }
+        let m = next(&mut ws).await;
+        let e = &m["payload"]["data"]["events"];
+        assert_eq!(e["key"], "loan.approved", "{m}");
+        got.push(e["id"].as_str().expect("id").to_owned());
+        seqs.push(e["seq"].as_u64().expect("seq"));
+    }
+    assert_eq!(got, produced, "stored, then new, each once");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seq order");
+    drop(ws);
+    setup.engine.stop();
+}
+
+/// Posts `n` events of the setup's tenant; their ids in order.
+async fn ingest_pull_events(setup: &Setup, n: usize) -> Vec<String> {
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let event = uuid::Uuid::now_v7();
+        let status = crate::pull::ingest(
+            &http,
+            &setup.engine.http,
+            &setup.tenant,
+            event,
+            "loan.approved",
+        )
+        .await;
+        assert_eq!(status, 202);
+        ids.push(event.to_string());
+    }
+    ids
+}
