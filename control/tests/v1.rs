@@ -1302,6 +1302,43 @@ async fn r_tr_1_a_control_process_alone_says_where_live_outcomes_are(store: Stor
     assert_eq!(code.as_deref(), Some("served_by_the_engine"));
 }
 
+/// R-TR-2 bad input: a malformed protobuf message and a huge one are refused with a gRPC status
+/// (no panic), and nothing is written.
+async fn r_tr_2_malformed_protobuf_is_refused_and_writes_nothing(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let framed = |payload: &[u8]| {
+        let mut body = vec![0u8];
+        body.extend_from_slice(&u32::try_from(payload.len()).expect("len").to_be_bytes());
+        body.extend_from_slice(payload);
+        body
+    };
+    let garbage = framed(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0x12]);
+    let huge = framed(&vec![b'a'; 5 * 1024 * 1024]);
+    for (what, body) in [("garbage", garbage), ("5 MiB", huge)] {
+        let request = Request::post("/lerian.streaming.v1.Subscriptions/Create")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("authorization", format!("Bearer {tok}"))
+            .header("x-idempotency", "k-bad")
+            .body(Body::from(body))
+            .expect("request");
+        let response = hub.router.clone().oneshot(request).await.expect("response");
+        let headers = response.headers().clone();
+        let collected = response.into_body().collect().await.expect("body");
+        let status = headers
+            .get("grpc-status")
+            .or(collected.trailers().and_then(|t| t.get("grpc-status")))
+            .map(|v| v.to_str().unwrap_or_default().to_owned());
+        assert!(
+            status.as_deref().is_some_and(|s| s != "0"),
+            "{what}: a gRPC error status, got {status:?}"
+        );
+    }
+    let list = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    assert_eq!(list.json["items"], json!([]), "nothing written");
+}
+
 /// Every log line of this test binary, at TRACE, for the secrets check.
 static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -1421,6 +1458,7 @@ on_both_stores!(
     r_cp_19_graphql_and_rest_agree_operation_by_operation,
     r_tr_1_malformed_graphql_is_refused_and_writes_nothing,
     r_tr_2_grpc_and_rest_agree_operation_by_operation,
+    r_tr_2_malformed_protobuf_is_refused_and_writes_nothing,
     r_cp_19_the_document_refuses_what_the_server_refuses,
     r_tr_1_a_control_process_alone_says_where_live_outcomes_are,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,
