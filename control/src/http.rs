@@ -134,49 +134,54 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
         })
 }
 
-/// Authenticates, reads the key and the body, then runs `f`.
-async fn mutation<F, Fut>(api: Api, headers: HeaderMap, body: Body, path: String, f: F) -> Response
-where
-    F: FnOnce(Api, Principal, Option<String>, Vec<u8>, String) -> Fut,
-    Fut: std::future::Future<Output = Served>,
-{
-    let prepared = (|| {
-        let who = principal(&api, &headers)?;
-        let key = header(&headers, "x-idempotency")?.map(str::to_owned);
-        Ok::<_, ApiError>((who, key))
-    })();
-    let (who, key) = match prepared {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let body = match read_body(body).await {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    send(f(api, who, key, body, path).await)
+/// A change as REST received it: the caller, and what its idempotency fingerprint is made of.
+struct Change {
+    who: Principal,
+    method: &'static str,
+    path: String,
+    key: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Change {
+    fn mutation(&self) -> Mutation<'_> {
+        Mutation {
+            method: self.method,
+            path: &self.path,
+            key: self.key.as_deref(),
+            body: &self.body,
+        }
+    }
+}
+
+/// Authenticates and reads the key and the body of a change; a refusal is the response.
+async fn change(
+    api: &Api,
+    headers: &HeaderMap,
+    body: Body,
+    method: &'static str,
+    path: String,
+) -> Result<Change, Response> {
+    let who = principal(api, headers).map_err(IntoResponse::into_response)?;
+    let key = header(headers, "x-idempotency")
+        .map_err(IntoResponse::into_response)?
+        .map(str::to_owned);
+    let body = read_body(body).await.map_err(IntoResponse::into_response)?;
+    Ok(Change {
+        who,
+        method,
+        path,
+        key,
+        body,
+    })
 }
 
 async fn create(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
-    mutation(
-        api,
-        headers,
-        body,
-        "/v1/subscriptions".into(),
-        |api, who, key, body, path| async move {
-            api.control
-                .create(
-                    &who,
-                    Mutation {
-                        method: "POST",
-                        path: &path,
-                        key: key.as_deref(),
-                        body: &body,
-                    },
-                )
-                .await
-        },
-    )
-    .await
+    let path = "/v1/subscriptions".to_owned();
+    match change(&api, &headers, body, "POST", path).await {
+        Ok(c) => send(api.control.create(&c.who, c.mutation()).await),
+        Err(refused) => refused,
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,28 +221,14 @@ async fn patch(
         Err(e) => return e.into_response(),
     };
     let path = format!("/v1/subscriptions/{id}");
-    mutation(
-        api,
-        headers,
-        body,
-        path,
-        |api, who, key, body, path| async move {
+    match change(&api, &headers, body, "PATCH", path).await {
+        Ok(c) => send(
             api.control
-                .patch(
-                    &who,
-                    &id,
-                    if_match.as_deref(),
-                    Mutation {
-                        method: "PATCH",
-                        path: &path,
-                        key: key.as_deref(),
-                        body: &body,
-                    },
-                )
-                .await
-        },
-    )
-    .await
+                .patch(&c.who, &id, if_match.as_deref(), c.mutation())
+                .await,
+        ),
+        Err(refused) => refused,
+    }
 }
 
 async fn delete(
@@ -247,27 +238,10 @@ async fn delete(
     body: Body,
 ) -> Response {
     let path = format!("/v1/subscriptions/{id}");
-    mutation(
-        api,
-        headers,
-        body,
-        path,
-        |api, who, key, body, path| async move {
-            api.control
-                .delete(
-                    &who,
-                    &id,
-                    Mutation {
-                        method: "DELETE",
-                        path: &path,
-                        key: key.as_deref(),
-                        body: &body,
-                    },
-                )
-                .await
-        },
-    )
-    .await
+    match change(&api, &headers, body, "DELETE", path).await {
+        Ok(c) => send(api.control.delete(&c.who, &id, c.mutation()).await),
+        Err(refused) => refused,
+    }
 }
 
 async fn pause(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
@@ -301,27 +275,10 @@ async fn rotate(
     body: Body,
 ) -> Response {
     let path = format!("/v1/subscriptions/{id}/secret/rotate");
-    mutation(
-        api,
-        headers,
-        body,
-        path,
-        |api, who, key, body, path| async move {
-            api.control
-                .rotate(
-                    &who,
-                    &id,
-                    Mutation {
-                        method: "POST",
-                        path: &path,
-                        key: key.as_deref(),
-                        body: &body,
-                    },
-                )
-                .await
-        },
-    )
-    .await
+    match change(&api, &headers, body, "POST", path).await {
+        Ok(c) => send(api.control.rotate(&c.who, &id, c.mutation()).await),
+        Err(refused) => refused,
+    }
 }
 
 async fn credential(
