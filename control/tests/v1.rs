@@ -1339,6 +1339,45 @@ async fn r_tr_2_malformed_protobuf_is_refused_and_writes_nothing(store: Store) {
     assert_eq!(list.json["items"], json!([]), "nothing written");
 }
 
+/// R-CP-16: a delete (idempotency key; over GraphQL here, REST and gRPC elsewhere) soft-deletes:
+/// reads and edits answer 404 on every transport, a replay of the delete answers the same, and the
+/// name is free again.
+async fn r_cp_16_delete_soft_deletes_and_frees_the_name(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let made = create(&hub, &tok, "k-1", &webhook("reused")).await;
+    let id = made.json["id"].as_str().expect("id").to_owned();
+    let delete = "mutation($id: String!) { deleteSubscription(id: $id, idempotencyKey: \"d\") }";
+    let (deleted, err) = gql(&hub, Some(&tok), delete, json!({"id": id})).await;
+    assert_eq!(
+        (deleted["deleteSubscription"].as_bool(), err),
+        (Some(true), None)
+    );
+    let (replayed, err) = gql(&hub, Some(&tok), delete, json!({"id": id})).await;
+    assert_eq!(
+        (replayed["deleteSubscription"].as_bool(), err),
+        (Some(true), None),
+        "a replay"
+    );
+    assert_eq!(
+        read_sub(&hub, &tok, &id).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let edit = call(
+        &hub,
+        "PATCH",
+        &format!("/v1/subscriptions/{id}"),
+        Some(&tok),
+        &[("x-idempotency", "e")],
+        &json!({"schema_major": 1}).to_string(),
+    )
+    .await;
+    assert_eq!(edit.status, StatusCode::NOT_FOUND);
+    let again = create(&hub, &tok, "k-2", &webhook("reused")).await;
+    assert_eq!(again.status, StatusCode::CREATED, "the name is free again");
+    assert_ne!(again.json["id"], made.json["id"]);
+}
+
 /// Every log line of this test binary, at TRACE, for the secrets check.
 static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -1459,6 +1498,7 @@ on_both_stores!(
     r_tr_1_malformed_graphql_is_refused_and_writes_nothing,
     r_tr_2_grpc_and_rest_agree_operation_by_operation,
     r_tr_2_malformed_protobuf_is_refused_and_writes_nothing,
+    r_cp_16_delete_soft_deletes_and_frees_the_name,
     r_cp_19_the_document_refuses_what_the_server_refuses,
     r_tr_1_a_control_process_alone_says_where_live_outcomes_are,
     r_cp_19_the_openapi_document_is_served_and_names_every_route,

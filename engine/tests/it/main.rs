@@ -8,6 +8,7 @@ mod delivery_load;
 mod edit;
 mod graphql_live;
 mod hubctl;
+mod ingest_http;
 mod ingest_kafka;
 mod pull;
 mod pull_grpc;
