@@ -45,6 +45,10 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .route("/v1/subscriptions/{id}/verify", post(verify))
         .route("/v1/subscriptions/{id}/credential", put(credential))
         .route("/v1/subscriptions/{id}/secret/rotate", post(rotate))
+        .route("/v1/subscriptions/{id}/events", get(pull))
+        .route("/v1/subscriptions/{id}/dead-letters", get(dead_letters))
+        .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
+        .route("/v1/subscriptions/{id}/health", get(health))
         .route("/v1/catalog", get(catalog))
         .route(
             "/v1/openapi.json",
@@ -313,6 +317,100 @@ async fn catalog(State(api): State<Api>, headers: HeaderMap) -> Response {
         &headers,
         |who| async move { control.catalog(&who).await },
     )
+    .await
+}
+
+/// A read of what the engine holds, as a 200 with its view.
+fn shown<T: serde::Serialize>(read: Result<T, ApiError>) -> Served {
+    let view = serde_json::to_value(read?)
+        .map_err(|e| ApiError::unavailable(format!("the view did not serialise: {e}")))?;
+    Ok(Answer::ok(view))
+}
+
+/// `after` (a seq) and `limit`; an unknown parameter is a 400, as the document says.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PullQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+async fn pull(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<PullQuery>,
+) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        let page = control.pull(&who, &id, q.after, q.limit).await?;
+        Ok(Answer::ok(page.view()))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadLetterQuery {
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn dead_letters(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<DeadLetterQuery>,
+) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        shown(
+            control
+                .dead_letters(&who, &id, q.cursor.as_deref(), q.limit)
+                .await,
+        )
+    })
+    .await
+}
+
+/// The replay body: `{"ids": [...]}`, or nothing for every dead letter.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    ids: Option<Vec<String>>,
+}
+
+async fn replay(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let who = match principal(&api, &headers) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let replayed = async {
+        let body = read_body(body).await?;
+        let body: ReplayBody = if body.is_empty() {
+            ReplayBody::default()
+        } else {
+            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("body: {e}")))?
+        };
+        let n = api
+            .control
+            .replay_dead_letters(&who, &id, body.ids.as_deref())
+            .await?;
+        Ok(Answer::ok(serde_json::json!({ "replayed": n })))
+    };
+    send(replayed.await)
+}
+
+async fn health(State(api): State<Api>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        shown(control.delivery_health(&who, &id).await)
+    })
     .await
 }
 

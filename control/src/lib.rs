@@ -11,6 +11,7 @@ pub mod answer;
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod deliveries;
 pub mod graphql;
 pub mod grpc;
 pub mod http;

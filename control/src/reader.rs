@@ -1,41 +1,41 @@
-//! What the engine knows, for the control plane's transports (GraphQL): a subscription's pull
-//! pages, dead letters and delivery health. The engine holds those; in the standalone hub it
-//! hands the control plane a reader over its store. A control process without one answers
-//! `served_by_the_engine`.
-
-use serde_json::Value;
+//! What the engine knows, for the control plane's transports: a subscription's pull pages, dead
+//! letters and delivery health. The engine holds those; wherever a process can read the engine's
+//! store (the standalone hub, or `hub-control serve` on CQL) it hands the control plane a reader
+//! over it. A control process without one answers `served_by_the_engine`.
 
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::Subscription;
+use hub_core::views::{DeadLetterPage, EventPage, HealthView};
 
-/// The engine's answers, as its REST routes give them (same views, same codes). The caller has
-/// already checked the token, the permission and the tenant.
+/// The engine's answers. The caller (`Control`, in `deliveries.rs`) has already checked the
+/// token, the permission, the tenant, the sink kind of a pull and the page sizes.
 #[async_trait::async_trait]
 pub trait DeliveryReader: Send + Sync + std::fmt::Debug {
-    /// R-CP-14: a pull page `{"items", "next_after"}`; without `after` it moves the read position.
+    /// R-CP-14: a pull page; without `after` it moves the subscription's read position.
     async fn events(
         &self,
         sub: &Subscription,
         after: Option<u64>,
-        limit: Option<usize>,
-    ) -> Result<Value, ApiError>;
-    /// R-DI-8: a page of dead letters `{"items", "next_cursor"}`.
+        limit: usize,
+    ) -> Result<EventPage, ApiError>;
+    /// R-DI-8: a page of dead letters from `cursor` (one this reader returned).
     async fn dead_letters(
         &self,
         sub: &Subscription,
         cursor: Option<&str>,
-        limit: Option<usize>,
-    ) -> Result<Value, ApiError>;
+        limit: usize,
+    ) -> Result<DeadLetterPage, ApiError>;
     /// Replays the given dead letters (all when `None`); answers how many.
     async fn replay(&self, sub: &Subscription, ids: Option<&[String]>) -> Result<u64, ApiError>;
     /// R-CP-12: status, recent outcomes, counts, auto-disable.
-    async fn health(&self, sub: &Subscription) -> Result<Value, ApiError>;
+    async fn health(&self, sub: &Subscription) -> Result<HealthView, ApiError>;
 }
 
-/// The refusal of a process without an engine.
+/// The refusal of a process without an engine's store.
 pub fn no_engine() -> ApiError {
     ApiError::new(
         ErrorCode::ServedByTheEngine,
-        "this control process runs no engine: ask the standalone hub's address",
+        "this control process cannot read the engine's store: ask the standalone hub, or run \
+         hub-control serve on the engines' CQL keyspace",
     )
 }

@@ -10,3 +10,4 @@ pub mod model;
 pub mod outcomes;
 pub mod secrets;
 pub mod sink;
+pub mod views;

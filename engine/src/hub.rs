@@ -107,14 +107,13 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         counters: all_counters,
         delivery: delivery.counters.clone(),
     });
-    let delivery_api = Arc::new(crate::delivery_api::DeliveryApi {
-        store: store.clone(),
-        control: control_service.store.clone(),
-        verifier: operators.clone(),
-        autodisable: delivery.autodisable(),
-    });
-    let _ = control_service.reader.set(delivery_api.clone());
-    let delivery_routes = crate::delivery_api::router(delivery_api);
+    let _ = control_service
+        .reader
+        .set(Arc::new(crate::reader::StoreReader {
+            store: store.clone(),
+            control: control_service.store.clone(),
+            autodisable: delivery.autodisable(),
+        }));
     let http = Arc::new(HttpIngest {
         store: store.clone(),
         counters: http_counters,
@@ -152,7 +151,6 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         tokio.spawn(async move {
             let app = router(api, http, operators)
                 .merge(control)
-                .merge(delivery_routes)
                 .layer(axum::middleware::map_response(hub_core::error::json_errors));
             let shutdown = async move {
                 while !stop.load(Ordering::Acquire) {

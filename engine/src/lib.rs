@@ -4,8 +4,9 @@
 //! quarantine) → `store` (dedup, `seq`, inbox and the jobs of every match; one durable unit per
 //! partition batch) → offset commit → `delivery` (lanes per shard: tenant-fair scheduling, one
 //! attempt per lease, retries, dead letters). `runtime` holds the shard-per-core executors and the
-//! tokio bridge; `hub` wires the stages; `api`, `delivery_api` and `pull_api` are the HTTP surface; `config`
-//! and `telemetry` are what operators touch.
+//! tokio bridge; `hub` wires the stages; `api` is the HTTP surface (ingest, admin, metrics) and
+//! `reader` what the control plane's `/v1` reads of the store; `config` and `telemetry` are what
+//! operators touch.
 //!
 //! Invariant (no loss): an offset is committed only after everything derived from its record is
 //! durable.
@@ -14,11 +15,9 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod delivery;
-pub mod delivery_api;
-pub mod grpc;
 pub mod hub;
 pub mod ingest;
-pub mod pull_api;
+pub mod reader;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

@@ -5,23 +5,7 @@ use async_graphql::{Context, Object, SimpleObject};
 use serde_json::Value;
 
 use super::{error, parts, Out};
-use crate::auth::Permission;
-use crate::reader::{no_engine, DeliveryReader};
-use hub_core::model::Subscription;
-
-fn text(v: &Value, f: &str) -> Option<String> {
-    v.get(f).and_then(Value::as_str).map(str::to_owned)
-}
-
-fn number(v: &Value, f: &str) -> u64 {
-    v.get(f).and_then(Value::as_u64).unwrap_or_default()
-}
-
-fn list<T>(v: &Value, f: &str, each: fn(&Value) -> T) -> Vec<T> {
-    v[f].as_array()
-        .map(|a| a.iter().map(each).collect())
-        .unwrap_or_default()
-}
+use hub_core::views::{AttemptView, DeadLetterView, HealthView, PulledEvent};
 
 /// One event of a pull page (R-CP-14).
 #[derive(SimpleObject, Debug)]
@@ -39,18 +23,23 @@ pub struct EventNode {
     pub data_base64: Option<String>,
 }
 
-pub(super) fn event(v: &Value) -> EventNode {
+pub(super) fn event(e: PulledEvent) -> EventNode {
+    let (field, data) = hub_core::sink::data_field(&e.content_type, &e.payload);
+    let (data, data_base64) = match field {
+        "data" => (Some(async_graphql::Json(data)), None),
+        _ => (None, data.as_str().map(str::to_owned)),
+    };
     EventNode {
-        seq: number(v, "seq"),
-        id: text(v, "id").unwrap_or_default(),
-        key: text(v, "key").unwrap_or_default(),
-        origin: text(v, "origin").unwrap_or_default(),
-        schema_version: text(v, "schema_version").unwrap_or_default(),
-        time: text(v, "time").unwrap_or_default(),
-        subject: text(v, "subject"),
-        content_type: text(v, "content_type").unwrap_or_default(),
-        data: v.get("data").cloned().map(async_graphql::Json),
-        data_base64: text(v, "data_base64"),
+        seq: e.seq,
+        id: e.id,
+        key: e.key,
+        origin: e.origin,
+        schema_version: e.schema_version,
+        time: e.time,
+        subject: e.subject,
+        content_type: e.content_type,
+        data,
+        data_base64,
     }
 }
 
@@ -71,14 +60,14 @@ pub struct AttemptNode {
     pub detail: Option<String>,
 }
 
-fn attempt(v: &Value) -> AttemptNode {
+fn attempt(a: AttemptView) -> AttemptNode {
     AttemptNode {
-        at: text(v, "at").unwrap_or_default(),
-        outcome: text(v, "outcome").unwrap_or_default(),
-        duration_ms: number(v, "duration_ms"),
-        error_class: text(v, "error_class"),
-        status_code: v["status_code"].as_u64(),
-        detail: text(v, "detail"),
+        at: a.at,
+        outcome: a.outcome.to_owned(),
+        duration_ms: a.duration_ms,
+        error_class: a.error_class,
+        status_code: a.status_code.map(u64::from),
+        detail: a.detail,
     }
 }
 
@@ -94,16 +83,16 @@ pub struct DeadLetterNode {
     pub last_attempt: Option<AttemptNode>,
 }
 
-fn dead_letter(v: &Value) -> DeadLetterNode {
+fn dead_letter(d: DeadLetterView) -> DeadLetterNode {
     DeadLetterNode {
-        id: text(v, "id").unwrap_or_default(),
-        event_id: text(v, "event_id").unwrap_or_default(),
-        seq: number(v, "seq"),
-        reason: text(v, "reason").unwrap_or_default(),
-        attempts: number(v, "attempts"),
-        received_at: text(v, "received_at").unwrap_or_default(),
-        dead_at: text(v, "dead_at").unwrap_or_default(),
-        last_attempt: v.get("last_attempt").map(attempt),
+        id: d.id,
+        event_id: d.event_id,
+        seq: d.seq,
+        reason: d.reason,
+        attempts: u64::from(d.attempts),
+        received_at: d.received_at,
+        dead_at: d.dead_at,
+        last_attempt: d.last_attempt.map(attempt),
     }
 }
 
@@ -128,33 +117,19 @@ pub struct DeliveryHealthNode {
     pub disabled_reason: Option<String>,
 }
 
-fn health(v: &Value) -> DeliveryHealthNode {
-    let auto = &v["auto_disable"];
+fn health(h: HealthView) -> DeliveryHealthNode {
     DeliveryHealthNode {
-        status: text(v, "status").unwrap_or_default(),
-        window_start: text(v, "window_start").unwrap_or_default(),
-        snapshot_at: text(v, "snapshot_at").unwrap_or_default(),
-        recent_outcomes: list(v, "recent_outcomes", attempt),
-        delivered: number(v, "delivered"),
-        failed_attempts: number(v, "failed_attempts"),
-        dead_letters: number(v, "dead_letters"),
-        auto_disable_enabled: auto["enabled"].as_bool().unwrap_or(false),
-        would_disable: auto["would_disable"].as_bool().unwrap_or(false),
-        disabled_reason: text(auto, "disabled_reason"),
+        status: h.status.to_owned(),
+        window_start: h.window_start,
+        snapshot_at: h.snapshot_at,
+        recent_outcomes: h.recent_outcomes.into_iter().map(attempt).collect(),
+        delivered: h.delivered,
+        failed_attempts: h.failed_attempts,
+        dead_letters: h.dead_letters,
+        auto_disable_enabled: h.auto_disable.enabled,
+        would_disable: h.auto_disable.would_disable,
+        disabled_reason: h.auto_disable.disabled_reason,
     }
-}
-
-/// The engine's reader and the caller's subscription `id` (token, permission, tenant checked).
-pub(super) async fn reader_and_sub<'c>(
-    ctx: &'c Context<'_>,
-    id: &str,
-    need: Permission,
-) -> Out<(&'c dyn DeliveryReader, Subscription)> {
-    let (control, who) = parts(ctx)?;
-    who.require(need).map_err(error)?;
-    let sub = control.live(who, id).await.map_err(error)?;
-    let reader = control.reader.get().ok_or_else(|| error(no_engine()))?;
-    Ok((reader.as_ref(), sub))
 }
 
 fn size(limit: Option<u32>) -> Option<usize> {
@@ -175,14 +150,14 @@ impl DeliveryQueries {
         after: Option<u64>,
         limit: Option<u32>,
     ) -> Out<EventPage> {
-        let (reader, sub) = reader_and_sub(ctx, &subscription_id, Permission::Get).await?;
-        let page = reader
-            .events(&sub, after, size(limit))
+        let (control, who) = parts(ctx)?;
+        let page = control
+            .pull(who, &subscription_id, after, size(limit))
             .await
             .map_err(error)?;
         Ok(EventPage {
-            items: list(&page, "items", event),
-            next_after: number(&page, "next_after"),
+            items: page.items.into_iter().map(event).collect(),
+            next_after: page.next_after,
         })
     }
 
@@ -194,14 +169,14 @@ impl DeliveryQueries {
         cursor: Option<String>,
         limit: Option<u32>,
     ) -> Out<DeadLetterPage> {
-        let (reader, sub) = reader_and_sub(ctx, &subscription_id, Permission::Get).await?;
-        let page = reader
-            .dead_letters(&sub, cursor.as_deref(), size(limit))
+        let (control, who) = parts(ctx)?;
+        let page = control
+            .dead_letters(who, &subscription_id, cursor.as_deref(), size(limit))
             .await
             .map_err(error)?;
         Ok(DeadLetterPage {
-            items: list(&page, "items", dead_letter),
-            next_cursor: text(&page, "next_cursor"),
+            items: page.items.into_iter().map(dead_letter).collect(),
+            next_cursor: page.next_cursor,
         })
     }
 
@@ -211,9 +186,12 @@ impl DeliveryQueries {
         ctx: &Context<'_>,
         subscription_id: String,
     ) -> Out<DeliveryHealthNode> {
-        let (reader, sub) = reader_and_sub(ctx, &subscription_id, Permission::Get).await?;
-        let v = reader.health(&sub).await.map_err(error)?;
-        Ok(health(&v))
+        let (control, who) = parts(ctx)?;
+        let h = control
+            .delivery_health(who, &subscription_id)
+            .await
+            .map_err(error)?;
+        Ok(health(h))
     }
 }
 
@@ -230,7 +208,10 @@ impl DeliveryMutations {
         subscription_id: String,
         ids: Option<Vec<String>>,
     ) -> Out<u64> {
-        let (reader, sub) = reader_and_sub(ctx, &subscription_id, Permission::Post).await?;
-        reader.replay(&sub, ids.as_deref()).await.map_err(error)
+        let (control, who) = parts(ctx)?;
+        control
+            .replay_dead_letters(who, &subscription_id, ids.as_deref())
+            .await
+            .map_err(error)
     }
 }

@@ -8,7 +8,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use std::collections::VecDeque;
 
-use super::deliveries::{event, reader_and_sub, EventNode};
+use super::deliveries::{event, EventNode};
 use super::{error, parts};
 use hub_core::outcomes::DeliveryOutcome;
 
@@ -63,25 +63,18 @@ impl SubscriptionRoot {
         subscription_id: String,
         after: u64,
     ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<EventNode>>> {
-        // The checks of a read (permission, tenant, an engine here), once at the start.
-        reader_and_sub(ctx, &subscription_id, crate::auth::Permission::Get).await?;
+        // The checks of a read (permission, tenant, kind, an engine here), once at the start.
         let (control, who) = parts(ctx)?;
-        let reader = control
-            .reader
-            .get()
-            .cloned()
-            .ok_or_else(|| error(crate::reader::no_engine()))?;
+        control
+            .check_pull(who, &subscription_id)
+            .await
+            .map_err(error)?;
         let (control, who) = (control.clone(), who.clone());
         let state = (VecDeque::new(), after, false);
         Ok(futures::stream::unfold(
             state,
             move |(mut ready, mut cursor, done)| {
-                let (reader, control, who, id) = (
-                    reader.clone(),
-                    control.clone(),
-                    who.clone(),
-                    subscription_id.clone(),
-                );
+                let (control, who, id) = (control.clone(), who.clone(), subscription_id.clone());
                 async move {
                     if done {
                         return None;
@@ -90,19 +83,17 @@ impl SubscriptionRoot {
                         if let Some(e) = ready.pop_front() {
                             return Some((Ok(e), (ready, cursor, false)));
                         }
-                        // Read the subscription again each page: a pause or a delete applies at once.
-                        let page = match control.live(&who, &id).await {
-                            Ok(sub) => reader.events(&sub, Some(cursor), Some(STREAM_PAGE)).await,
-                            Err(e) => Err(e),
-                        };
-                        match page {
+                        // Each page reads the subscription again: a pause or a delete applies at once.
+                        match control
+                            .pull(&who, &id, Some(cursor), Some(STREAM_PAGE))
+                            .await
+                        {
                             Ok(page) => {
-                                cursor = page["next_after"].as_u64().unwrap_or(cursor).max(cursor);
-                                let items = page["items"].as_array().cloned().unwrap_or_default();
-                                if items.is_empty() {
+                                cursor = page.next_after.max(cursor);
+                                if page.items.is_empty() {
                                     tokio::time::sleep(FOLLOW_EVERY).await;
                                 }
-                                ready.extend(items.iter().map(event));
+                                ready.extend(page.items.into_iter().map(event));
                             }
                             Err(e) => return Some((Err(error(e)), (ready, cursor, true))),
                         }

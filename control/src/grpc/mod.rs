@@ -5,6 +5,8 @@
 //! the status of its code with a `google.rpc.ErrorInfo` whose `reason` is the code (R-CP-18).
 
 mod convert;
+mod deliveries;
+mod events;
 mod subscriptions;
 
 use std::collections::HashMap;
@@ -55,6 +57,15 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> axum::Rout
         health
             .set_serving::<pb::catalog_server::CatalogServer<Grpc>>()
             .await;
+        health
+            .set_serving::<pb::events_server::EventsServer<Grpc>>()
+            .await;
+        health
+            .set_serving::<pb::dead_letters_server::DeadLettersServer<Grpc>>()
+            .await;
+        health
+            .set_serving::<pb::deliveries_server::DeliveriesServer<Grpc>>()
+            .await;
     });
     let mut routes = axum::Router::new();
     routes = route(routes, health_service);
@@ -62,7 +73,13 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> axum::Rout
         routes,
         pb::subscriptions_server::SubscriptionsServer::new(grpc.clone()),
     );
-    routes = route(routes, pb::catalog_server::CatalogServer::new(grpc));
+    routes = route(routes, pb::catalog_server::CatalogServer::new(grpc.clone()));
+    routes = route(routes, pb::events_server::EventsServer::new(grpc.clone()));
+    routes = route(
+        routes,
+        pb::dead_letters_server::DeadLettersServer::new(grpc.clone()),
+    );
+    routes = route(routes, pb::deliveries_server::DeliveriesServer::new(grpc));
     match tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::DESCRIPTOR)
         .build_v1()
