@@ -16,6 +16,7 @@ pub mod graphql;
 pub mod grpc;
 pub mod http;
 pub mod onboarding;
+pub mod ops;
 pub mod probe;
 pub mod reader;
 pub mod rotation;

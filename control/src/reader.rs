@@ -29,6 +29,8 @@ pub trait DeliveryReader: Send + Sync + std::fmt::Debug {
     async fn replay(&self, sub: &Subscription, ids: Option<&[String]>) -> Result<u64, ApiError>;
     /// R-CP-12: status, recent outcomes, counts, auto-disable.
     async fn health(&self, sub: &Subscription) -> Result<HealthView, ApiError>;
+    /// Whether the store answers (a process's `/ready`); the error says why not.
+    async fn ready(&self) -> Result<(), String>;
 }
 
 /// The refusal of a process without an engine's store.

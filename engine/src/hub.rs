@@ -22,6 +22,18 @@ use crate::store::embedded::EmbeddedStore;
 use crate::store::Store;
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
+/// The CQL store's settings from the hub's configuration.
+pub(crate) fn cql_settings(config: &HubConfig) -> CqlSettings {
+    CqlSettings {
+        nodes: config.cql_node_list(),
+        keyspace: config.cql_keyspace.clone(),
+        replication: config.cql_replication.clone(),
+        dedup_ttl_s: config.dedup_window_s,
+        retention_ttl_s: config.retention_s,
+        ..CqlSettings::default()
+    }
+}
+
 /// Opens the configured store: the embedded file under `data_dir`, or the CQL cluster.
 fn open_store(
     config: &HubConfig,
@@ -36,16 +48,8 @@ fn open_store(
             Ok(Arc::new(store))
         }
         StoreKind::Cql => {
-            let settings = CqlSettings {
-                nodes: config.cql_node_list(),
-                keyspace: config.cql_keyspace.clone(),
-                replication: config.cql_replication.clone(),
-                dedup_ttl_s: config.dedup_window_s,
-                retention_ttl_s: config.retention_s,
-                ..CqlSettings::default()
-            };
             let store = tokio
-                .block_on(CqlStore::connect(settings))
+                .block_on(CqlStore::connect(cql_settings(config)))
                 .with_context(|| format!("connecting to CQL at {}", config.cql_nodes))?;
             tracing::info!(nodes = %config.cql_nodes, keyspace = %config.cql_keyspace, "cql store open");
             Ok(Arc::new(store))
@@ -379,7 +383,9 @@ fn start_kafka(
 
 /// SIGINT or SIGTERM. The handlers are installed when this is called, before the hub answers
 /// `/ready`, so a stop during start-up is a graceful stop too (not the default kill).
-fn stop_signal(tokio: &tokio::runtime::Runtime) -> impl std::future::Future<Output = ()> {
+pub(crate) fn stop_signal(
+    tokio: &tokio::runtime::Runtime,
+) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let term = {
         let _enter = tokio.enter();

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod control_process;
 pub mod delivery;
 pub mod hub;
 pub mod ingest;

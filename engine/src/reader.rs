@@ -173,6 +173,14 @@ impl DeliveryReader for StoreReader {
         Ok(n as u64)
     }
 
+    async fn ready(&self) -> Result<(), String> {
+        self.store
+            .delivery_stats(hub_control::ops::PROBE_TENANT, uuid::Uuid::nil())
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
     async fn health(&self, sub: &Subscription) -> Result<HealthView, ApiError> {
         let stats = self
             .store

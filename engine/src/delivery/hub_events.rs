@@ -115,20 +115,25 @@ impl HubEvents for PipelineEvents {
             r.attach(&mut batch, lane);
             (r.clone(), lane)
         });
-        let store = self.store.clone();
+        // A process without delivery lanes (a control process on its own) that can publish
+        // leaves the event to the engines that consume the topic: a copy stored here would make
+        // theirs a duplicate, and duplicates create no jobs.
+        let store = (self.routing.is_some() || published.is_none()).then(|| self.store.clone());
         let key = key.to_owned();
         self.tokio.spawn(async move {
             let unit = UnitId::new(UNIT, 0);
-            match store
-                .write_batch(&unit, Fence::UNFENCED, Arc::new(batch))
-                .await
-            {
-                Ok(_) => {
-                    if let Some((routing, lane)) = lane {
-                        routing.wake(lane);
+            if let Some(store) = store {
+                match store
+                    .write_batch(&unit, Fence::UNFENCED, Arc::new(batch))
+                    .await
+                {
+                    Ok(_) => {
+                        if let Some((routing, lane)) = lane {
+                            routing.wake(lane);
+                        }
                     }
+                    Err(e) => tracing::warn!(error = %e, key, "a hub event was not stored"),
                 }
-                Err(e) => tracing::warn!(error = %e, key, "a hub event was not stored"),
             }
             if let Some((producer, headers, payload, record_key)) = published {
                 let record = FutureRecord::to(HUB_TOPIC)

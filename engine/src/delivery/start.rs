@@ -59,11 +59,7 @@ impl Delivery {
                 cool_down_ms: config.breaker_cool_down_ms.max(1),
                 ..Default::default()
             },
-            autodisable: Policy {
-                enabled: config.autodisable_enabled,
-                window_ms: config.autodisable_window_ms,
-                min_spread_ms: config.autodisable_min_spread_ms,
-            },
+            autodisable: autodisable_policy(config),
             // A CQL step takes tens of milliseconds (several round trips to a busy server), an
             // embedded one about one fsync: lease more rounds ahead so workers never wait on it.
             lease_ahead: match config.store {
@@ -103,6 +99,7 @@ impl Delivery {
     }
 
     /// The auto-disable policy lanes apply (health reports it).
+    #[must_use]
     pub fn autodisable(&self) -> Policy {
         self.lane.autodisable
     }
@@ -164,5 +161,14 @@ async fn auto_probe(subs: Arc<Subscriptions>, control: Arc<Control>, stop: Arc<A
             .for_each(|_| async {})
             .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// The auto-disable policy of `config` (R-DI-10): what lanes apply and health reports.
+pub fn autodisable_policy(config: &HubConfig) -> Policy {
+    Policy {
+        enabled: config.autodisable_enabled,
+        window_ms: config.autodisable_window_ms,
+        min_spread_ms: config.autodisable_min_spread_ms,
     }
 }

@@ -139,6 +139,15 @@ impl Tenant {
         }
     }
 
+    /// A tenant of the `/v1` at `http`, holding `token`.
+    pub(crate) fn at(http: &str, token: String) -> Tenant {
+        Tenant {
+            http: http.to_owned(),
+            token,
+            client: reqwest::Client::new(),
+        }
+    }
+
     /// The bearer token, for transports other than REST.
     pub(crate) fn token(&self) -> &str {
         &self.token

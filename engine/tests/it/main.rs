@@ -16,3 +16,4 @@ mod rabbitmq;
 mod receiver;
 mod support;
 mod trace;
+mod two_process;

@@ -126,17 +126,7 @@ impl Engine {
     }
 
     pub async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if reqwest::get(format!("{}/ready", self.http))
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("engine did not become ready");
+        wait_ready(&self.http, "the engine").await;
     }
 
     /// SIGKILL: no shutdown path runs.
@@ -147,13 +137,7 @@ impl Engine {
 
     /// SIGTERM, then wait for a graceful exit.
     pub fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
-        let status = self.child.wait().expect("engine exits");
-        assert!(status.success(), "graceful stop exits 0: {status:?}");
+        stop_gracefully(&mut self.child);
     }
 
     pub async fn metrics(&self) -> HashMap<String, u64> {
@@ -171,6 +155,32 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// Waits up to 30 s for `{http}/ready` to answer 200.
+pub async fn wait_ready(http: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if reqwest::get(format!("{http}/ready"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not become ready");
+}
+
+/// SIGTERM, then a wait for an exit with status 0.
+pub fn stop_gracefully(child: &mut Child) {
+    let pid = child.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
+    let status = child.wait().expect("the process exits");
+    assert!(status.success(), "a graceful stop exits 0: {status:?}");
 }
 
 /// A test that fails mid-way must not leave its engine running (it would hold the test's output
@@ -513,6 +523,11 @@ pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
 pub fn token(data_dir: &std::path::Path, tenant: &str, permissions: &[&str]) -> String {
     let secret =
         std::fs::read_to_string(data_dir.join("jwt-hs256.secret")).expect("generated secret");
+    token_signed(&secret, tenant, permissions)
+}
+
+/// A bearer token signed with an HS256 `secret` (one a deployment's processes share).
+pub fn token_signed(secret: &str, tenant: &str, permissions: &[&str]) -> String {
     let now = u64::try_from(hub_control::config::now_ms() / 1000).expect("now");
     hub_control::auth::mint_hs256(
         secret.trim().as_bytes(),

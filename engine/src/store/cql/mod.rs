@@ -277,6 +277,7 @@ impl Store for CqlStore {
         rotation: u64,
         skip: Arc<std::collections::HashSet<u128>>,
     ) -> Result<Vec<super::JobRecord>, StoreError> {
+        self.flush_idle_stats().await?;
         self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)
             .await
     }

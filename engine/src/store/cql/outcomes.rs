@@ -80,9 +80,13 @@ type StatsKey = (String, Uuid, Lane);
 /// How often a changed statistics row is written.
 const FLUSH_EVERY_MS: i64 = 1_000;
 
-/// This process's statistics rows (of the lanes it holds), as last changed.
+/// How often an idle lane's poll looks for changed rows to write.
+const IDLE_CHECK_MS: i64 = 250;
+
+/// This process's statistics rows (of the lanes it holds), as last changed, and when an idle
+/// poll last looked for rows to write.
 #[derive(Debug, Default)]
-pub(super) struct StatsRows(Mutex<HashMap<StatsKey, Kept>>);
+pub(super) struct StatsRows(Mutex<HashMap<StatsKey, Kept>>, std::sync::atomic::AtomicI64);
 
 #[derive(Debug)]
 struct Kept {
@@ -97,6 +101,17 @@ impl StatsRows {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether an idle poll should look for rows to write now (at most every `IDLE_CHECK_MS`).
+    fn check_idle(&self, now: i64) -> bool {
+        use std::sync::atomic::Ordering;
+        let last = self.1.load(Ordering::Relaxed);
+        now - last >= IDLE_CHECK_MS
+            && self
+                .1
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Rows changed and not written for `FLUSH_EVERY_MS` (all changed rows when `all`).
@@ -177,6 +192,16 @@ impl CqlStore {
         }
         by_lane.extend(self.stats_rows.of(tenant, sub));
         Ok(by_lane.into_values().collect())
+    }
+
+    /// From a lane's poll: the rows a last settlement changed reach the store within about a
+    /// second even when no further step comes (a reader in another process — a control
+    /// process, another engine — merges the stored rows).
+    pub(super) async fn flush_idle_stats(&self) -> Result<(), StoreError> {
+        if self.stats_rows.check_idle(now_ms()) {
+            self.flush_stats(false).await?;
+        }
+        Ok(())
     }
 
     /// Writes this process's changed rows (those kept a second, or all of them).

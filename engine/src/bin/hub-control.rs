@@ -1,5 +1,6 @@
-//! `hub-control`: the control plane as its own process (`serve`), and `token`, which mints an
-//! Access Manager-shaped token for local use with a standalone hub (same data directory).
+//! `hub-control`: the control plane as its own process (`serve`: `hub_engine::control_process`),
+//! and `token`, which mints an Access Manager-shaped token for local use with a standalone hub
+//! (same data directory) or a deployment sharing `STREAMING_HUB_JWT_HS256_SECRET`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve REST /v1.
+    /// Serve /v1 over REST, GraphQL and gRPC, with /health, /ready and /metrics.
     Serve {
         #[arg(
             long,
@@ -44,8 +45,10 @@ enum Command {
     },
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // Colours for a terminal only: a log file or collector gets plain text.
@@ -55,16 +58,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
     match cli.command {
-        Command::Serve { addr } => {
-            let (control, verifier) = config.build(&cli.data_dir).await?;
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            tracing::info!(%addr, "control plane listening");
-            axum::serve(listener, hub_control::http::router(control, verifier))
-                .with_graceful_shutdown(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
-                .await?;
-        }
+        Command::Serve { addr } => hub_engine::control_process::run(&cli.data_dir, addr)?,
         Command::Token {
             tenant,
             permissions,

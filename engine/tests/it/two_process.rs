@@ -1,0 +1,252 @@
+//! The split deployment (issue 15, R-OP-1): `hub-control serve` and an engine as two processes on
+//! one CQL keyspace, sharing key material by configuration. A subscription created and pinged
+//! through the control process is delivered by the engine (which opens the secret the control
+//! process sealed); what the engine holds — dead letters, health, pull pages — is read and
+//! replayed through the control process; both stop cleanly on SIGTERM.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::delivery::{engine_env, event_headers, start_engine, Tenant};
+use crate::receiver::{Act, Receiver};
+use crate::support::*;
+
+/// A running `hub-control serve`.
+struct ControlProcess {
+    child: Child,
+    http: String,
+    log: std::path::PathBuf,
+}
+
+impl ControlProcess {
+    fn start(data_dir: &std::path::Path, env: &[(String, String)]) -> ControlProcess {
+        let port = free_port();
+        let log = data_dir.join("control.log");
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_hub-control"))
+            .arg("serve")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("STREAMING_HUB_STORE", "cql")
+            .env("STREAMING_HUB_CQL_NODES", CQL)
+            .env("STREAMING_HUB_DATA_DIR", data_dir)
+            .env("STREAMING_HUB_CONTROL_ADDR", format!("127.0.0.1:{port}"))
+            .env("STREAMING_HUB_LOG", "warn")
+            .stderr(file)
+            .spawn()
+            .expect("hub-control starts");
+        ControlProcess {
+            child,
+            http: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = reqwest::get(format!("{}{path}", self.http))
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn wait_ready(&self) {
+        wait_ready(&self.http, "the control process").await;
+    }
+
+    /// SIGTERM, then a clean exit within a few seconds.
+    fn stop(mut self) {
+        stop_gracefully(&mut self.child);
+    }
+}
+
+impl Drop for ControlProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("--- the control process's log:\n{text}");
+        }
+    }
+}
+
+async fn ingest(engine: &Engine, tenant: &str) -> Uuid {
+    let id = Uuid::now_v7();
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/ingest/lender", engine.http))
+        .body(r#"{"amount":"1.00"}"#);
+    for (k, v) in event_headers(tenant, id) {
+        post = post.header(k, v);
+    }
+    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
+    id
+}
+
+/// Polls `read` for up to `within` until it answers `Some`.
+async fn eventually<T, F, Fut>(within: Duration, mut read: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(v) = read().await {
+            return Some(v);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_1_control_process_and_engine_share_one_cql_keyspace() {
+    let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
+    let jwt = format!("jwt-{}", Uuid::now_v7().simple());
+    let shared = [
+        ("STREAMING_HUB_MASTER_KEYS", format!("k1:{key}")),
+        ("STREAMING_HUB_JWT_HS256_SECRET", jwt.clone()),
+    ];
+    let shared: Vec<(&str, &str)> = shared.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = engine_env(Backend::Cql, &shared);
+    let engine_dir = tempfile::tempdir().expect("tempdir");
+    let control_dir = tempfile::tempdir().expect("tempdir");
+    let group = format!("two-process-{}", Uuid::now_v7().simple());
+    let engine = start_engine(engine_dir.path(), &group, free_port(), Backend::Cql, &env);
+    let control = ControlProcess::start(control_dir.path(), &env.vars);
+    engine.wait_ready().await;
+    control.wait_ready().await;
+
+    let (status, health) = control.get("/health").await;
+    assert_eq!(status, 200);
+    let components: Vec<(&str, &str)> = health["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default(),
+                c["state"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        components,
+        vec![("control_store", "up"), ("engine_store", "up")]
+    );
+
+    let tenant = format!("t-split-{}", Uuid::now_v7().simple());
+    let token = token_signed(&jwt, &tenant, &["subscriptions:get", "subscriptions:post"]);
+    let api = Tenant::at(&control.http, token);
+
+    // Created and pinged through the control process; delivered by the engine, signed with the
+    // secret the control process sealed.
+    let good = Receiver::start().await;
+    good.script(&[], Act::Status(204));
+    let (good_id, secret) = api
+        .active_webhook("good", &good.url("/in"), json!({}))
+        .await;
+    // Across processes the engine's index follows the revision log within a second (R-MA-3).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let event = ingest(&engine, &tenant).await;
+    let received = eventually(Duration::from_secs(20), || async {
+        good.received()
+            .into_iter()
+            .find(|r| r.header("x-lerian-event-id") == event.to_string())
+    })
+    .await
+    .expect("the engine delivers a subscription made through the control process");
+    assert!(
+        received.verifies_with(&secret),
+        "signed with the sealed secret"
+    );
+
+    // A failing destination: the dead letter and the health are read through the control
+    // process, and replayed through it.
+    let bad = Receiver::start().await;
+    bad.script(&[], Act::Status(204));
+    let (bad_id, _) = api
+        .active_webhook("bad", &bad.url("/in"), json!({"retry_schedule": [0]}))
+        .await;
+    bad.script(&[], Act::Status(500));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let failing = ingest(&engine, &tenant).await;
+    let dead_path = format!("/v1/subscriptions/{bad_id}/dead-letters");
+    let letters = eventually(Duration::from_secs(20), || async {
+        let (status, body) = api.call("GET", &dead_path, None).await;
+        assert_eq!(status, 200, "{body}");
+        body["items"].as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await
+    .expect("a dead letter, read through the control process");
+    assert_eq!(letters[0]["event_id"], failing.to_string());
+    // Statistics reach the store at most once a second per lane.
+    let health_path = format!("/v1/subscriptions/{bad_id}/health");
+    let health = eventually(Duration::from_secs(10), || async {
+        let (_, health) = api.call("GET", &health_path, None).await;
+        (health["dead_letters"].as_u64() == Some(1)).then_some(health)
+    })
+    .await
+    .expect("health counts the dead letter, read through the control process");
+    assert_eq!(health["status"], "Failing", "{health}");
+    bad.script(&[], Act::Status(204));
+    let (status, replayed) = api
+        .call("POST", &format!("{dead_path}/replay"), Some(json!({})))
+        .await;
+    assert_eq!((status, replayed["replayed"].as_u64()), (200, Some(1)));
+    eventually(Duration::from_secs(40), || async {
+        bad.received()
+            .iter()
+            .any(|r| {
+                r.header("x-lerian-event-id") == failing.to_string() && r.act == Act::Status(204)
+            })
+            .then_some(())
+    })
+    .await
+    .expect("the engine delivers what the control process replayed");
+
+    // A pull subscription reads the engine's log through the control process.
+    let (status, pull) = api
+        .call(
+            "POST",
+            "/v1/subscriptions",
+            Some(json!({"name": "reader", "sink_kind": "pull", "origin": "lender"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{pull}");
+    let pull_id = pull["id"].as_str().expect("id").to_owned();
+    let (status, page) = api
+        .call(
+            "GET",
+            &format!("/v1/subscriptions/{pull_id}/events?after=0"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let seen: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert!(
+        seen.contains(&event.to_string().as_str()) && seen.contains(&failing.to_string().as_str()),
+        "both events in the pull page: {page}"
+    );
+    let good_health = format!("/v1/subscriptions/{good_id}/health");
+    let delivered = eventually(Duration::from_secs(10), || async {
+        let (_, health) = api.call("GET", &good_health, None).await;
+        (health["delivered"].as_u64() >= Some(1)).then_some(health)
+    })
+    .await
+    .expect("the engine's delivery counted, read through the control process");
+    assert_eq!(delivered["status"], "Healthy", "{delivered}");
+
+    control.stop();
+    engine.stop();
+}
