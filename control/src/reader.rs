@@ -5,6 +5,7 @@
 
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::Subscription;
+use hub_core::outcomes::Relayed;
 use hub_core::views::{DeadLetterPage, EventPage, HealthView};
 
 /// The engine's answers. The caller (`Control`, in `deliveries.rs`) has already checked the
@@ -31,6 +32,20 @@ pub trait DeliveryReader: Send + Sync + std::fmt::Debug {
     async fn health(&self, sub: &Subscription) -> Result<HealthView, ApiError>;
     /// Whether the store answers (a process's `/ready`); the error says why not.
     async fn ready(&self) -> Result<(), String>;
+    /// Asks engines in other processes to relay `sub`'s delivery outcomes through the store for
+    /// the next 30 s (renew to keep them coming). A reader that cannot relay says
+    /// `served_by_the_engine`.
+    async fn watch_outcomes(&self, _sub: &Subscription) -> Result<(), ApiError> {
+        Err(no_engine())
+    }
+    /// `sub`'s outcomes relayed at or after `since_ms` (the engines' clocks), in relay order.
+    async fn relayed_outcomes(
+        &self,
+        _sub: &Subscription,
+        _since_ms: i64,
+    ) -> Result<Vec<Relayed>, ApiError> {
+        Err(no_engine())
+    }
 }
 
 /// The refusal of a process without an engine's store.

@@ -1,7 +1,9 @@
 //! The live feed of delivery outcomes (R-CP-19's "live subscription of delivery outcomes"): each
 //! attempt's outcome as the engine in this process settles it, for GraphQL's `deliveryOutcomes`.
 //! A broadcast with no readers costs one lock per attempt and keeps nothing; a reader that falls
-//! more than `CAPACITY` outcomes behind skips what it missed and is told how many.
+//! more than `CAPACITY` outcomes behind skips what it missed and is told how many. On CQL the
+//! engines also relay the outcomes of subscriptions someone watches through the store, for a
+//! control process elsewhere (`hub_engine::store::cql::relay`).
 
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -10,7 +12,7 @@ use uuid::Uuid;
 const CAPACITY: usize = 1024;
 
 /// What became of an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Settlement {
     Delivered,
     /// Failed; another attempt is due.
@@ -30,7 +32,7 @@ impl Settlement {
 }
 
 /// One attempt's outcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeliveryOutcome {
     pub tenant: String,
     pub subscription: Uuid,
@@ -44,6 +46,15 @@ pub struct DeliveryOutcome {
     pub duration_ms: u64,
     pub error_class: Option<String>,
     pub status_code: Option<u16>,
+}
+
+/// An outcome relayed through the store, with its place in the subscription's relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relayed {
+    /// When the engine wrote it (Unix ms, the engine's clock).
+    pub relayed_at_ms: i64,
+    pub id: Uuid,
+    pub outcome: DeliveryOutcome,
 }
 
 /// The feed: the engine publishes, readers subscribe.

@@ -71,15 +71,17 @@ pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
 
 /// Opens the engines' CQL store for the control plane: its reader, and hub events.
 async fn attach_engine_store(control: &Control, hub: &HubConfig) -> anyhow::Result<()> {
-    let store: Arc<dyn Store> = Arc::new(
+    let cql = Arc::new(
         CqlStore::connect(crate::hub::cql_settings(hub))
             .await
             .with_context(|| format!("connecting to the engines' store at {}", hub.cql_nodes))?,
     );
+    let store: Arc<dyn Store> = cql.clone();
     let _ = control.reader.set(Arc::new(StoreReader {
         store: store.clone(),
         control: control.store.clone(),
         autodisable: crate::delivery::start::autodisable_policy(hub),
+        relay: Some(cql),
     }));
     let kafka = match &hub.kafka_brokers {
         Some(brokers) if hub.publish_hub_events => Some(hub_producer(brokers)?),

@@ -34,25 +34,26 @@ pub(crate) fn cql_settings(config: &HubConfig) -> CqlSettings {
     }
 }
 
+/// The opened store, and on CQL the same store as itself (for what only CQL has: the relay).
+type Opened = (Arc<dyn Store>, Option<Arc<CqlStore>>);
+
 /// Opens the configured store: the embedded file under `data_dir`, or the CQL cluster.
-fn open_store(
-    config: &HubConfig,
-    tokio: &tokio::runtime::Runtime,
-) -> anyhow::Result<Arc<dyn Store>> {
+fn open_store(config: &HubConfig, tokio: &tokio::runtime::Runtime) -> anyhow::Result<Opened> {
     match config.store {
         StoreKind::Embedded => {
             let path = config.data_dir.join("hub.redb");
             let store = EmbeddedStore::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
             tracing::info!(path = %path.display(), "embedded store open");
-            Ok(Arc::new(store))
+            Ok((Arc::new(store), None))
         }
         StoreKind::Cql => {
             let store = tokio
                 .block_on(CqlStore::connect(cql_settings(config)))
                 .with_context(|| format!("connecting to CQL at {}", config.cql_nodes))?;
             tracing::info!(nodes = %config.cql_nodes, keyspace = %config.cql_keyspace, "cql store open");
-            Ok(Arc::new(store))
+            let store = Arc::new(store);
+            Ok((store.clone(), Some(store)))
         }
     }
 }
@@ -61,7 +62,7 @@ fn open_store(
 pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let tokio = build_tokio_runtime(2)?;
     let stopped = stop_signal(&tokio);
-    let store = open_store(&config, &tokio)?;
+    let (store, cql) = open_store(&config, &tokio)?;
     let limits = VerdictLimits {
         max_value_bytes: config.max_value_bytes,
         max_header_bytes: config.max_header_bytes,
@@ -105,6 +106,14 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         )
     };
     let stop = Arc::new(AtomicBool::new(false));
+    if let Some(cql) = cql {
+        // Outcomes of subscriptions a control process elsewhere watches, through the store.
+        tokio.spawn(crate::store::cql::relay::run_relay(
+            cql,
+            control_service.outcomes.clone(),
+            stop.clone(),
+        ));
+    }
     let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
     let api = Arc::new(ApiState {
         store: store.clone(),
@@ -117,6 +126,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             store: store.clone(),
             control: control_service.store.clone(),
             autodisable: delivery.autodisable(),
+            relay: None,
         }));
     let http = Arc::new(HttpIngest {
         store: store.clone(),

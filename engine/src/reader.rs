@@ -18,7 +18,10 @@ use hub_core::views::{
 use crate::delivery::autodisable::Policy;
 use crate::delivery::marks::MARK_EVERY_MS;
 use crate::delivery::pull::read_page;
+use crate::store::cql::CqlStore;
 use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, Store, StoredEvent};
+use hub_control::reader::no_engine;
+use hub_core::outcomes::Relayed;
 
 /// A reader over one engine store.
 #[derive(Debug, Clone)]
@@ -28,6 +31,9 @@ pub struct StoreReader {
     pub control: Arc<dyn ControlStore>,
     /// The policy health reports `would_disable` against.
     pub autodisable: Policy,
+    /// On CQL in a process without lanes (a control process): where engines relay the outcomes
+    /// of watched subscriptions.
+    pub relay: Option<Arc<CqlStore>>,
 }
 
 fn store_down(what: &str, e: &crate::store::StoreError) -> ApiError {
@@ -179,6 +185,26 @@ impl DeliveryReader for StoreReader {
             .await
             .map(drop)
             .map_err(|e| e.to_string())
+    }
+
+    async fn watch_outcomes(&self, sub: &Subscription) -> Result<(), ApiError> {
+        let relay = self.relay.as_ref().ok_or_else(no_engine)?;
+        relay
+            .watch_outcomes(&sub.tenant, sub.id)
+            .await
+            .map_err(|e| store_down("the outcome relay", &e))
+    }
+
+    async fn relayed_outcomes(
+        &self,
+        sub: &Subscription,
+        since_ms: i64,
+    ) -> Result<Vec<Relayed>, ApiError> {
+        let relay = self.relay.as_ref().ok_or_else(no_engine)?;
+        relay
+            .relayed_outcomes(&sub.tenant, sub.id, since_ms)
+            .await
+            .map_err(|e| store_down("the outcome relay", &e))
     }
 
     async fn health(&self, sub: &Subscription) -> Result<HealthView, ApiError> {

@@ -124,7 +124,8 @@ async fn main() -> anyhow::Result<()> {
         PathBuf::from(format!("loadtest/reports/{}{sink}-{store}", scenario.name))
     });
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = run::run(run::RunArgs {
+    // Boxed: the whole run is one large future (every sink's client state).
+    let report = Box::pin(run::run(run::RunArgs {
         scenario,
         store: cli.store,
         kafka: cli.kafka,
@@ -146,7 +147,7 @@ async fn main() -> anyhow::Result<()> {
             .collect(),
         sink: cli.sink,
         command,
-    })
+    }))
     .await?;
     report.write(&out)?;
     #[allow(clippy::print_stdout)] // the tool's one-line result is its output

@@ -3,10 +3,17 @@
 //! (`{"authorization": "Bearer …"}`) or the upgrade request's `Authorization` header.
 
 use async_graphql::{Context, SimpleObject, Subscription};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
+use uuid::Uuid;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::reader::DeliveryReader;
+use crate::service::Control;
+use hub_core::model::Subscription;
 
 use super::deliveries::{event, EventNode};
 use super::{error, parts};
@@ -104,34 +111,118 @@ impl SubscriptionRoot {
     }
 
     /// Each delivery attempt of one of the tenant's subscriptions, as its outcome is settled (a
-    /// success, a failure with a retry due, a dead letter), in the order they happen. Served where
-    /// an engine runs (the standalone hub); a reader more than 1024 outcomes behind skips ahead.
+    /// success, a failure with a retry due, a dead letter), in the order they happen. Where the
+    /// engine runs in this process (the standalone hub) straight from its lanes (a reader more
+    /// than 1024 outcomes behind skips ahead); in a control process on CQL through the store,
+    /// relayed by the engines from about a second after the subscription starts.
     async fn delivery_outcomes(
         &self,
         ctx: &Context<'_>,
         subscription_id: String,
-    ) -> async_graphql::Result<impl Stream<Item = DeliveryOutcomeNode>> {
+    ) -> async_graphql::Result<BoxStream<'static, DeliveryOutcomeNode>> {
         let (control, who) = parts(ctx)?;
         control.get(who, &subscription_id).await.map_err(error)?;
-        if control.local_index.get().is_none() {
-            return Err(error(crate::reader::no_engine()));
+        if control.local_index.get().is_some() {
+            return Ok(local_outcomes(control, &who.tenant, subscription_id));
         }
-        let (tenant, id) = (who.tenant.clone(), subscription_id);
-        let feed = control.outcomes.subscribe();
-        let outcomes = futures::stream::unfold(feed, |mut feed| async move {
-            loop {
-                match feed.recv().await {
-                    Ok(o) => return Some((o, feed)),
-                    Err(RecvError::Lagged(_)) => continue,
-                    Err(RecvError::Closed) => return None,
+        let reader = control
+            .reader
+            .get()
+            .cloned()
+            .ok_or_else(|| error(crate::reader::no_engine()))?;
+        let sub = control.live(who, &subscription_id).await.map_err(error)?;
+        reader.watch_outcomes(&sub).await.map_err(error)?;
+        Ok(relayed_outcomes(reader, sub))
+    }
+}
+
+/// The outcomes of the lanes in this process.
+fn local_outcomes(
+    control: &Control,
+    tenant: &str,
+    id: String,
+) -> BoxStream<'static, DeliveryOutcomeNode> {
+    let tenant = tenant.to_owned();
+    let feed = control.outcomes.subscribe();
+    let outcomes = futures::stream::unfold(feed, |mut feed| async move {
+        loop {
+            match feed.recv().await {
+                Ok(o) => return Some((o, feed)),
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    });
+    outcomes
+        .filter(move |o| {
+            let mine = o.tenant == tenant && o.subscription.to_string() == id;
+            async move { mine }
+        })
+        .map(DeliveryOutcomeNode::from)
+        .boxed()
+}
+
+/// How often a relayed stream reads the store.
+const RELAY_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often a relayed stream renews its watch (the mark lives 30 s).
+const WATCH_RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// How far back each read looks before the newest outcome seen: engines' clocks differ, so an
+/// outcome can be written with an earlier time than one already read.
+const CLOCK_SLACK_MS: i64 = 2_000;
+
+/// Where a relayed stream stands.
+struct Relay {
+    reader: Arc<dyn DeliveryReader>,
+    sub: Subscription,
+    since_ms: i64,
+    seen: HashMap<Uuid, i64>,
+    ready: VecDeque<DeliveryOutcome>,
+    watched_at: tokio::time::Instant,
+}
+
+impl Relay {
+    /// The next outcome, reading (and renewing the watch) as needed; `None` ends the stream (a
+    /// store that stops answering ends it too: the client resubscribes).
+    async fn next(&mut self) -> Option<DeliveryOutcome> {
+        loop {
+            if let Some(o) = self.ready.pop_front() {
+                return Some(o);
+            }
+            tokio::time::sleep(RELAY_READ_EVERY).await;
+            if self.watched_at.elapsed() >= WATCH_RENEW_EVERY {
+                self.reader.watch_outcomes(&self.sub).await.ok()?;
+                self.watched_at = tokio::time::Instant::now();
+            }
+            let from = self.since_ms - CLOCK_SLACK_MS;
+            let read = self.reader.relayed_outcomes(&self.sub, from).await.ok()?;
+            for r in read {
+                if self.seen.insert(r.id, r.relayed_at_ms).is_none() {
+                    self.since_ms = self.since_ms.max(r.relayed_at_ms);
+                    self.ready.push_back(r.outcome);
                 }
             }
-        });
-        Ok(outcomes
-            .filter(move |o| {
-                let mine = o.tenant == tenant && o.subscription.to_string() == id;
-                async move { mine }
-            })
-            .map(DeliveryOutcomeNode::from))
+            let floor = self.since_ms - CLOCK_SLACK_MS;
+            self.seen.retain(|_, at| *at >= floor);
+        }
     }
+}
+
+/// The outcomes engines elsewhere relay through the store, from now on.
+fn relayed_outcomes(
+    reader: Arc<dyn DeliveryReader>,
+    sub: Subscription,
+) -> BoxStream<'static, DeliveryOutcomeNode> {
+    let relay = Relay {
+        reader,
+        sub,
+        since_ms: crate::config::now_ms(),
+        seen: HashMap::new(),
+        ready: VecDeque::new(),
+        watched_at: tokio::time::Instant::now(),
+    };
+    futures::stream::unfold(relay, |mut relay| async move {
+        let o = relay.next().await?;
+        Some((DeliveryOutcomeNode::from(o), relay))
+    })
+    .boxed()
 }

@@ -15,14 +15,14 @@ use crate::receiver::Act;
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn send(ws: &mut Socket, v: Value) {
+pub(crate) async fn send(ws: &mut Socket, v: Value) {
     ws.send(Message::Text(v.to_string().into()))
         .await
         .expect("send");
 }
 
 /// The next protocol message that is not a ping, within 20 s.
-async fn next(ws: &mut Socket) -> Value {
+pub(crate) async fn next(ws: &mut Socket) -> Value {
     loop {
         let m = tokio::time::timeout(Duration::from_secs(20), ws.next())
             .await
@@ -53,7 +53,7 @@ pub(crate) async fn graphql(http: &str, token: &str, id: &str, query: &str) -> V
 }
 
 /// A `graphql-transport-ws` connection to the hub, initialised with `token`.
-async fn connect(http: &str, token: &str) -> Socket {
+pub(crate) async fn connect(http: &str, token: &str) -> Socket {
     let url = http.replace("http://", "ws://") + "/graphql/ws";
     let mut request = url.into_client_request().expect("request");
     request.headers_mut().insert(

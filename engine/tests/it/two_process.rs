@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::delivery::{engine_env, event_headers, start_engine, Tenant};
+use crate::graphql_live;
 use crate::receiver::{Act, Receiver};
 use crate::support::*;
 
@@ -174,8 +175,35 @@ async fn r_op_1_control_process_and_engine_share_one_cql_keyspace() {
         .active_webhook("bad", &bad.url("/in"), json!({"retry_schedule": [0]}))
         .await;
     bad.script(&[], Act::Status(500));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // GraphQL's live outcomes from the control process: relayed by the engine through the store.
+    let mut ws = graphql_live::connect(&control.http, api.token()).await;
+    let query = "subscription($id: String!) { deliveryOutcomes(subscriptionId: $id) { \
+                 eventId attempt outcome statusCode } }";
+    graphql_live::send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": {"query": query, "variables": {"id": bad_id}}}),
+    )
+    .await;
+    // The engine reads watches every second (and its index follows the revision log as often).
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     let failing = ingest(&engine, &tenant).await;
+    let m = graphql_live::next(&mut ws).await;
+    let o = &m["payload"]["data"]["deliveryOutcomes"];
+    assert_eq!(
+        (
+            o["eventId"].as_str(),
+            o["attempt"].as_u64(),
+            o["outcome"].as_str(),
+            o["statusCode"].as_u64()
+        ),
+        (
+            Some(failing.to_string().as_str()),
+            Some(1),
+            Some("dead_lettered"),
+            Some(500)
+        ),
+        "{m}"
+    );
     let dead_path = format!("/v1/subscriptions/{bad_id}/dead-letters");
     let letters = eventually(Duration::from_secs(20), || async {
         let (status, body) = api.call("GET", &dead_path, None).await;
@@ -209,6 +237,14 @@ async fn r_op_1_control_process_and_engine_share_one_cql_keyspace() {
     })
     .await
     .expect("the engine delivers what the control process replayed");
+    let m = graphql_live::next(&mut ws).await;
+    let o = &m["payload"]["data"]["deliveryOutcomes"];
+    assert_eq!(
+        (o["eventId"].as_str(), o["outcome"].as_str()),
+        (Some(failing.to_string().as_str()), Some("delivered")),
+        "the replay's outcome is relayed too: {m}"
+    );
+    drop(ws);
 
     // A pull subscription reads the engine's log through the control process.
     let (status, pull) = api

@@ -29,6 +29,7 @@ mod lwt;
 mod outcomes;
 mod paging;
 mod pull;
+pub mod relay;
 mod statements;
 
 use std::collections::HashMap;
@@ -92,6 +93,7 @@ pub struct CqlStore {
     st: Statements,
     jt: JobStatements,
     pt: pull::PullStatements,
+    rt: relay::RelayStatements,
     settings: CqlSettings,
     /// The delivery lanes this process holds.
     holds: lanes::Holds,
@@ -188,11 +190,13 @@ impl CqlStore {
         let st = Statements::prepare_all(&session).await?;
         let jt = JobStatements::prepare_all(&session).await?;
         let pt = pull::PullStatements::prepare_all(&session).await?;
+        let rt = relay::RelayStatements::prepare_all(&session).await?;
         Ok(Self {
             session,
             st,
             jt,
             pt,
+            rt,
             settings,
             holds: lanes::Holds::new(),
             known: jobs::Known::default(),
