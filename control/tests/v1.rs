@@ -558,16 +558,43 @@ async fn bad_input_gets_a_4xx_with_the_error_body_and_writes_nothing(store: Stor
 }
 
 /// R-CP-18: what the HTTP framework answers by itself — a query it cannot read, an unknown route,
-/// a method a route does not take — is the error shape with a code, like every other error.
+/// a method a route does not take, headers or a body over the limits — is the error shape with a
+/// code, like every other error.
 async fn r_cp_18_framework_refusals_are_the_error_shape(store: Store) {
     let hub = hub(store).await;
     let tok = hub.token("t-1", ALL);
-    for (method, path, status, code) in [
-        ("GET", "/v1/subscriptions?limit=many", 400, "bad_request"),
-        ("GET", "/v1/no-such-route", 404, "route_not_found"),
-        ("PUT", "/v1/catalog", 405, "method_not_allowed"),
+    let huge = "x".repeat(hub_core::error::MAX_HEADER_BYTES + 1);
+    let big_header: &[(&str, &str)] = &[("x-padding", huge.as_str())];
+    let big_body = "x".repeat(hub_control::http::MAX_BODY + 1);
+    for (method, path, headers, body, status, code) in [
+        (
+            "GET",
+            "/v1/subscriptions?limit=many",
+            &[][..],
+            "",
+            400,
+            "bad_request",
+        ),
+        ("GET", "/v1/no-such-route", &[], "", 404, "route_not_found"),
+        ("PUT", "/v1/catalog", &[], "", 405, "method_not_allowed"),
+        (
+            "GET",
+            "/v1/subscriptions",
+            big_header,
+            "",
+            431,
+            "headers_too_large",
+        ),
+        (
+            "POST",
+            "/v1/subscriptions",
+            &[],
+            big_body.as_str(),
+            413,
+            "payload_too_large",
+        ),
     ] {
-        let r = call(&hub, method, path, Some(&tok), &[], "").await;
+        let r = call(&hub, method, path, Some(&tok), headers, body).await;
         assert_eq!(r.status.as_u16(), status, "{method} {path}");
         assert_eq!(r.json["code"], code, "{method} {path}: {:?}", r.raw);
         assert!(r.json["message"].as_str().is_some_and(|m| !m.is_empty()));

@@ -225,6 +225,31 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Most bytes of request headers (names and values) a listener reads; more is a 431
+/// `headers_too_large` in the error shape. (hyper refuses far larger heads itself, with a bare
+/// 431, before any of this code runs: its read buffer is about 400 KiB.)
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// Refuses a request whose headers exceed [`MAX_HEADER_BYTES`] with the error shape.
+pub async fn limit_headers(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return ApiError::new(
+            ErrorCode::HeadersTooLarge,
+            format!("the request's headers exceed {MAX_HEADER_BYTES} bytes"),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
 /// Puts what the HTTP framework answers by itself (an unknown route or method, a query or body it
 /// could not read, a body over its limit) into the error shape, with the code of its status: every
 /// error a client gets is `{"code", "message"}`. Answers already in JSON are left as they are.

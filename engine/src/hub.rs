@@ -165,6 +165,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         tokio.spawn(async move {
             let app = router(api, http, operators)
                 .merge(control)
+                .layer(axum::middleware::from_fn(hub_core::error::limit_headers))
                 .layer(axum::middleware::map_response(hub_core::error::json_errors));
             let shutdown = async move {
                 while !stop.load(Ordering::Acquire) {
