@@ -57,7 +57,20 @@ pub struct ControlConfig {
     /// the region's AWS endpoint (an emulator, a VPC endpoint). An operator setting only: a
     /// tenant's endpoint names a region, account and queue or bus, never a host.
     pub aws_endpoint_url: Option<String>,
+    /// The hub's AWS principal for delegated grants (R-CP-7): its keys from the standard
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, and its ARN (what
+    /// tenants' trust policies name) from `STREAMING_HUB_AWS_PRINCIPAL_ARN`. Without both,
+    /// `setup-artifacts` and `delegated-grant` answer 503 `delegated_grants_unconfigured`.
+    pub aws_principal: Option<hub_core::sink::aws::OwnedKeys>,
+    pub aws_principal_arn: Option<String>,
+    /// Env `STREAMING_HUB_AWS_GRANT_TEMPLATE_URL`: where the delegated-grant CloudFormation
+    /// template (`deploy/aws/delegated-grant.yaml`) is published, for the quick-create link.
+    pub aws_grant_template_url: String,
 }
+
+/// Where Lerian publishes the delegated-grant template, unless the operator hosts their own.
+pub const DEFAULT_GRANT_TEMPLATE_URL: &str =
+    "https://lerian-streaming-hub.s3.amazonaws.com/delegated-grant/v1.yaml";
 
 impl ControlConfig {
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
@@ -102,6 +115,22 @@ impl ControlConfig {
                 "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into()
             }),
             aws_endpoint_url: var("AWS_ENDPOINT_URL"),
+            aws_principal: match (
+                get("AWS_ACCESS_KEY_ID").filter(|v| !v.is_empty()),
+                get("AWS_SECRET_ACCESS_KEY").filter(|v| !v.is_empty()),
+            ) {
+                (Some(access_key_id), Some(secret_access_key)) => {
+                    Some(hub_core::sink::aws::OwnedKeys {
+                        access_key_id,
+                        secret_access_key,
+                        session_token: get("AWS_SESSION_TOKEN").filter(|v| !v.is_empty()),
+                    })
+                }
+                _ => None,
+            },
+            aws_principal_arn: var("AWS_PRINCIPAL_ARN"),
+            aws_grant_template_url: var("AWS_GRANT_TEMPLATE_URL")
+                .unwrap_or_else(|| DEFAULT_GRANT_TEMPLATE_URL.into()),
         })
     }
 
@@ -199,6 +228,9 @@ impl ControlConfig {
                 policy.clone(),
                 hub_core::sink::aws::AwsSettings {
                     endpoint_url: self.aws_endpoint_url.clone(),
+                    principal: self.aws_principal.clone(),
+                    principal_arn: self.aws_principal_arn.clone(),
+                    grant_template_url: self.aws_grant_template_url.clone(),
                 },
             )
             .map_err(|e| anyhow::anyhow!("sink clients: {e}"))?,

@@ -45,6 +45,14 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .route("/v1/subscriptions/{id}/verify", post(verify))
         .route("/v1/subscriptions/{id}/credential", put(credential))
         .route("/v1/subscriptions/{id}/secret/rotate", post(rotate))
+        .route(
+            "/v1/subscriptions/{id}/setup-artifacts",
+            get(setup_artifacts),
+        )
+        .route(
+            "/v1/subscriptions/{id}/delegated-grant",
+            put(delegated_grant),
+        )
         .route("/v1/subscriptions/{id}/events", get(pull))
         .route("/v1/subscriptions/{id}/dead-letters", get(dead_letters))
         .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
@@ -282,6 +290,31 @@ async fn rotate(
     let path = format!("/v1/subscriptions/{id}/secret/rotate");
     match change(&api, &headers, body, "POST", path).await {
         Ok(c) => send(api.control.rotate(&c.who, &id, c.mutation()).await),
+        Err(refused) => refused,
+    }
+}
+
+async fn setup_artifacts(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        control.setup_artifacts(&who, &id).await
+    })
+    .await
+}
+
+async fn delegated_grant(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let path = format!("/v1/subscriptions/{id}/delegated-grant");
+    match change(&api, &headers, body, "PUT", path).await {
+        Ok(c) => send(api.control.put_grant(&c.who, &id, c.mutation()).await),
         Err(refused) => refused,
     }
 }

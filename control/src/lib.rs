@@ -12,6 +12,7 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod deliveries;
+pub mod grant;
 pub mod graphql;
 pub mod grpc;
 pub mod http;

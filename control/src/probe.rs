@@ -15,6 +15,8 @@ use crate::service::{store_error, Control};
 use crate::store::ControlStoreError;
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{SinkKind, Subscription, VerificationState};
+use hub_core::sink::credential::Credential;
+use hub_core::sink::grant::{check_trust, unsafe_trust, Trust};
 use hub_core::sink::outcome::Outcome;
 use hub_core::sink::{EventOut, Material};
 
@@ -103,10 +105,27 @@ impl Control {
             tracestate: None,
             body: Bytes::from(body.to_string()),
         };
-        match material {
-            Some(m) => self.sinks.send(sub, m, &ev, now).await,
-            None => self.sinks.deliver(&self.keyring, sub, &ev, now).await,
+        let opened;
+        let material = match material {
+            Some(m) => m,
+            None => match hub_core::sink::open(&self.keyring, sub, now) {
+                Ok(m) => {
+                    opened = m;
+                    &opened
+                }
+                Err(refused) => return refused,
+            },
+        };
+        // A delegated grant's probe is the hardened one (R-CP-7): the role must refuse the hub
+        // without the ExternalId before the publish (which assumes it with the ExternalId).
+        if let Material::Credential(Credential::AwsRole { role_arn, region }) = material {
+            match check_trust(&self.sinks.roles, role_arn, region).await {
+                Trust::Demanded => {}
+                Trust::Unsafe => return unsafe_trust(),
+                Trust::Unknown(outcome) => return outcome,
+            }
         }
+        self.sinks.send(sub, material, &ev, now).await
     }
 
     /// Writes what the probe changes (nothing for a failed verify) and returns the subscription

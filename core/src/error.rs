@@ -115,6 +115,15 @@ error_codes! {
     NotAPullSubscription = "not_a_pull_subscription", 422, FailedPrecondition;
     /// Only a webhook subscription has a signing secret to rotate (R-CP-9).
     RotationUnsupported = "rotation_unsupported", 422, FailedPrecondition;
+    /// Delegated grants are for `sqs` and `eventbridge` subscriptions only (R-CP-7).
+    GrantUnsupported = "grant_unsupported", 422, FailedPrecondition;
+    /// The role can be assumed without the subscription's ExternalId: its trust policy leaves
+    /// the confused-deputy gap open; nothing was stored (R-CP-7).
+    TrustPolicyUnsafe = "trust_policy_unsafe", 422, FailedPrecondition;
+    /// AWS STS could not answer the grant's trust check; nothing was stored (R-CP-7).
+    StsUnavailable = "sts_unavailable", 500, Unavailable;
+    /// The operator configured no AWS principal for delegated grants (R-CP-7).
+    DelegatedGrantsUnconfigured = "delegated_grants_unconfigured", 503, Unavailable;
     /// What was asked is served where an engine runs (the standalone hub), not by a control
     /// process on its own.
     ServedByTheEngine = "served_by_the_engine", 501, Unimplemented;

@@ -119,6 +119,37 @@ pub fn rfc3339(ms: i64) -> String {
 }
 
 impl Subscription {
+    /// A new subscription of `tenant` with every optional field unset: enabled, unpaused, at
+    /// revision 1, in the verification state its kind starts in, created `now_ms`. Create sets
+    /// the fields a request gave; tests and benches start from here.
+    pub fn new(tenant: &str, name: &str, sink_kind: SinkKind, now_ms: i64) -> Self {
+        Self {
+            id: Uuid::now_v7(),
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+            sink_kind,
+            endpoint: None,
+            event_types: Vec::new(),
+            schema_major: 1,
+            event_majors: BTreeMap::new(),
+            origin: None,
+            timeout_ms: None,
+            plan_tier: None,
+            retry_schedule: None,
+            enabled: true,
+            paused: false,
+            verification_state: sink_kind.state_at_creation(),
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            last_success_at_ms: None,
+            last_failure_at_ms: None,
+            deleted: false,
+            secret: None,
+            revision: 1,
+            marks: Marks::default(),
+        }
+    }
+
     /// The read view (R-CP-2): fields without a value are omitted; no secret, ever.
     pub fn view(&self) -> Value {
         let mut m = Map::new();
@@ -576,29 +607,11 @@ mod tests {
 
     fn current(kind: SinkKind) -> Subscription {
         Subscription {
-            id: Uuid::now_v7(),
-            tenant: "t".into(),
-            name: "n".into(),
-            sink_kind: kind,
-            endpoint: None,
             event_types: vec!["a.b".into()],
-            schema_major: 1,
-            event_majors: BTreeMap::new(),
-            origin: None,
             timeout_ms: Some(5000),
-            plan_tier: None,
-            retry_schedule: None,
-            enabled: true,
-            paused: false,
             verification_state: VerificationState::PendingVerification,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_success_at_ms: None,
             last_failure_at_ms: Some(1),
-            deleted: false,
-            secret: None,
-            revision: 1,
-            marks: Default::default(),
+            ..Subscription::new("t", "n", kind, 0)
         }
     }
 

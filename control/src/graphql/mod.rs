@@ -218,6 +218,18 @@ impl SubscriptionQueries {
         node(control.get(who, &id).await)
     }
 
+    /// A delegated AWS grant's setup artifacts (R-CP-7): trust policy, permissions policy,
+    /// CloudFormation quick-create link, ExternalId — REST's `setup-artifacts` object.
+    async fn setup_artifacts(
+        &self,
+        ctx: &Context<'_>,
+        id: String,
+    ) -> Out<async_graphql::Json<Value>> {
+        let (control, who) = parts(ctx)?;
+        let (v, _) = body(control.setup_artifacts(who, &id).await)?;
+        Ok(async_graphql::Json(v))
+    }
+
     /// The event types subscriptions may name (R-CP-15).
     async fn catalog(&self, ctx: &Context<'_>) -> Out<Catalog> {
         let (control, who) = parts(ctx)?;
@@ -338,7 +350,34 @@ impl SubscriptionMutations {
         })
     }
 
-    /// Stores a queue subscription's credential after probing with it (R-CP-7): `credential`
+    /// Records a delegated AWS grant (R-CP-7) once STS shows the role demands the ExternalId;
+    /// `verifySubscription` then activates.
+    async fn put_delegated_grant(
+        &self,
+        ctx: &Context<'_>,
+        id: String,
+        idempotency_key: String,
+        role_arn: String,
+        region: String,
+        destination: Option<String>,
+    ) -> Out<SubscriptionNode> {
+        let (control, who) = parts(ctx)?;
+        let path = format!("/v1/subscriptions/{id}/delegated-grant");
+        let mut grant = serde_json::json!({"role_arn": role_arn, "region": region});
+        if let Some(d) = destination {
+            grant["destination"] = d.into();
+        }
+        let body = grant.to_string();
+        let change = Change {
+            method: "PUT",
+            path: &path,
+            key: Some(&idempotency_key),
+            body: body.as_bytes(),
+        };
+        node(control.put_grant(who, &id, change).await)
+    }
+
+    /// Stores a queue subscription's credential after probing with it (R-CP-6): `credential`
     /// is the object `PUT /v1/subscriptions/:id/credential` takes.
     async fn put_credential(
         &self,

@@ -149,6 +149,46 @@ impl Subscriptions for Grpc {
         let (v, etag) = view(served)?;
         Ok(Response::new(convert::subscription(&v, etag)))
     }
+
+    async fn get_setup_artifacts(
+        &self,
+        r: Request<pb::SubscriptionId>,
+    ) -> Answer<pb::SetupArtifacts> {
+        let who = self.caller(r.metadata())?;
+        let (v, _) = view(self.control.setup_artifacts(&who, &r.get_ref().id).await)?;
+        let text = |f: &str| v[f].as_str().unwrap_or_default().to_owned();
+        Ok(Response::new(pb::SetupArtifacts {
+            external_id: text("external_id"),
+            principal_arn: text("principal_arn"),
+            role_name: text("role_name"),
+            trust_policy_json: v["trust_policy"].to_string(),
+            permissions_policy_json: v["permissions_policy"].to_string(),
+            cloudformation_quick_create_url: text("cloudformation_quick_create_url"),
+        }))
+    }
+
+    async fn put_delegated_grant(
+        &self,
+        r: Request<pb::PutDelegatedGrantRequest>,
+    ) -> Answer<pb::Subscription> {
+        let who = self.caller(r.metadata())?;
+        let key = key(&r)?;
+        let q = r.get_ref();
+        let path = format!("/v1/subscriptions/{}/delegated-grant", q.id);
+        let mut grant = serde_json::json!({"role_arn": q.role_arn, "region": q.region});
+        if let Some(d) = &q.destination {
+            grant["destination"] = d.clone().into();
+        }
+        let body = grant.to_string();
+        let change = Mutation {
+            method: "PUT",
+            path: &path,
+            key: key.as_deref(),
+            body: body.as_bytes(),
+        };
+        let (v, etag) = view(self.control.put_grant(&who, &q.id, change).await)?;
+        Ok(Response::new(convert::subscription(&v, etag)))
+    }
 }
 
 impl Grpc {

@@ -2,7 +2,6 @@
 //! embedded store in unit tests, the CQL store against the real CQL server in the tests crate.
 //! `ns` makes every tenant unique, so runs never collide.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -12,29 +11,8 @@ use hub_core::model::{SinkKind, VerificationState};
 
 pub fn subscription(tenant: &str, name: &str) -> Subscription {
     Subscription {
-        id: Uuid::now_v7(),
-        tenant: tenant.into(),
-        name: name.into(),
-        sink_kind: SinkKind::Pull,
-        endpoint: None,
-        event_types: vec![],
-        schema_major: 1,
-        event_majors: BTreeMap::new(),
-        origin: None,
-        timeout_ms: None,
-        plan_tier: None,
-        retry_schedule: None,
-        enabled: true,
-        paused: false,
         verification_state: VerificationState::PendingVerification,
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        last_success_at_ms: None,
-        last_failure_at_ms: None,
-        deleted: false,
-        secret: None,
-        revision: 1,
-        marks: Default::default(),
+        ..Subscription::new(tenant, name, SinkKind::Pull, 1)
     }
 }
 

@@ -23,6 +23,36 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 pub struct AwsSettings {
     /// Every AWS call goes here instead of the region's endpoint (an emulator in tests).
     pub endpoint_url: Option<String>,
+    /// The hub's own AWS keys: the principal that assumes tenants' roles (R-CP-7).
+    pub principal: Option<OwnedKeys>,
+    /// The hub principal's ARN, as tenants' trust policies name it (R-CP-7).
+    pub principal_arn: Option<String>,
+    /// Where the delegated-grant CloudFormation template is published (R-CP-7's link).
+    pub grant_template_url: String,
+}
+
+/// An access key pair held by the process (the hub's own principal).
+#[derive(Clone)]
+pub struct OwnedKeys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for OwnedKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnedKeys(…)")
+    }
+}
+
+impl OwnedKeys {
+    pub fn keys(&self) -> Keys<'_> {
+        Keys {
+            access_key_id: &self.access_key_id,
+            secret_access_key: &self.secret_access_key,
+            session_token: self.session_token.as_deref(),
+        }
+    }
 }
 
 impl AwsSettings {

@@ -22,6 +22,13 @@ pub enum Credential {
         secret_access_key: String,
         session_token: Option<String>,
     },
+    /// A delegated grant (R-CP-7): no key, a role in the tenant's account to assume with the
+    /// subscription's ExternalId. Not secret; sealed in the same place so a subscription has one
+    /// way to reach its destination at a time.
+    AwsRole {
+        role_arn: String,
+        region: String,
+    },
 }
 
 impl std::fmt::Debug for Credential {
@@ -32,6 +39,11 @@ impl std::fmt::Debug for Credential {
                 .field("username", username)
                 .finish_non_exhaustive(),
             Credential::Aws { .. } => f.write_str("Aws { .. }"),
+            Credential::AwsRole { role_arn, region } => f
+                .debug_struct("AwsRole")
+                .field("role_arn", role_arn)
+                .field("region", region)
+                .finish(),
         }
     }
 }

@@ -17,6 +17,7 @@
 pub mod aws;
 pub mod credential;
 pub mod eventbridge;
+pub mod grant;
 pub mod outcome;
 pub mod rabbitmq;
 pub mod sqs;
@@ -100,6 +101,8 @@ pub struct Sinks {
     pub rabbitmq: rabbitmq::RabbitSink,
     pub sqs: sqs::SqsSink,
     pub eventbridge: eventbridge::EventBridgeSink,
+    /// Delegated grants' role sessions (R-CP-7).
+    pub roles: grant::StsRoles,
 }
 
 impl Sinks {
@@ -109,7 +112,8 @@ impl Sinks {
             webhook: WebhookClient::new(policy.clone())?,
             rabbitmq: rabbitmq::RabbitSink::new(policy),
             sqs: sqs::SqsSink::new(aws.clone()),
-            eventbridge: eventbridge::EventBridgeSink::new(aws),
+            eventbridge: eventbridge::EventBridgeSink::new(aws.clone()),
+            roles: grant::StsRoles::new(aws),
         })
     }
 
@@ -173,16 +177,42 @@ impl Sinks {
                     secret_access_key,
                     session_token: session_token.as_deref(),
                 };
-                if kind == SinkKind::Sqs {
-                    self.sqs.send(endpoint, keys, ev).await
-                } else {
-                    self.eventbridge.send(endpoint, keys, ev).await
+                self.send_aws(kind, endpoint, keys, ev).await
+            }
+            (
+                kind @ (SinkKind::Sqs | SinkKind::Eventbridge),
+                Material::Credential(Credential::AwsRole { role_arn, region }),
+            ) => {
+                let external_id = grant::external_id(sub);
+                match self
+                    .roles
+                    .session(role_arn, region, &external_id, now_ms)
+                    .await
+                {
+                    Ok(session) => self.send_aws(kind, endpoint, session.keys(), ev).await,
+                    Err(outcome) => outcome,
                 }
             }
             (kind, _) => Outcome::refused(
                 ErrorClass::SecretUnavailable,
                 format!("no usable secret or credential for a {kind} subscription"),
             ),
+        }
+    }
+}
+
+impl Sinks {
+    async fn send_aws(
+        &self,
+        kind: SinkKind,
+        endpoint: &str,
+        keys: aws::Keys<'_>,
+        ev: &EventOut<'_>,
+    ) -> Outcome {
+        if kind == SinkKind::Sqs {
+            self.sqs.send(endpoint, keys, ev).await
+        } else {
+            self.eventbridge.send(endpoint, keys, ev).await
         }
     }
 }
@@ -226,29 +256,8 @@ mod tests {
 
     fn subscription(kind: SinkKind) -> Subscription {
         Subscription {
-            id: Uuid::now_v7(),
-            tenant: "t".into(),
-            name: "s".into(),
-            sink_kind: kind,
-            endpoint: None,
-            event_types: Vec::new(),
-            schema_major: 1,
-            event_majors: Default::default(),
-            origin: None,
-            timeout_ms: None,
-            plan_tier: None,
-            retry_schedule: None,
-            enabled: true,
-            paused: false,
             verification_state: VerificationState::Active,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_success_at_ms: None,
-            last_failure_at_ms: None,
-            deleted: false,
-            secret: None,
-            revision: 1,
-            marks: Default::default(),
+            ..Subscription::new("t", "s", kind, 0)
         }
     }
 

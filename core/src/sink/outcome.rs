@@ -45,6 +45,9 @@ pub enum ErrorClass {
     Throttled,
     /// The destination's service failed on its side (5xx of a cloud API).
     ServiceError,
+    /// A delegated grant's role can be assumed without its ExternalId (R-CP-7): its trust
+    /// policy leaves the confused-deputy gap open, so the hub will not use it.
+    TrustPolicyUnsafe,
 }
 
 impl ErrorClass {
@@ -62,6 +65,7 @@ impl ErrorClass {
                 | ErrorClass::AccessDenied
                 | ErrorClass::DestinationMissing
                 | ErrorClass::Unroutable
+                | ErrorClass::TrustPolicyUnsafe
         )
     }
 
@@ -86,6 +90,7 @@ impl ErrorClass {
             ErrorClass::InvalidMessage => "invalid_message",
             ErrorClass::Throttled => "throttled",
             ErrorClass::ServiceError => "service_error",
+            ErrorClass::TrustPolicyUnsafe => "trust_policy_unsafe",
         }
     }
 }
