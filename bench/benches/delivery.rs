@@ -1,8 +1,6 @@
 //! Delivery's hot pure code: matching an event against 10,000 subscriptions of 100 tenants,
 //! one scheduling decision (take + done) under a 10,000-job backlog, and signing a 1 KiB body.
 
-use std::collections::BTreeMap;
-
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hub_core::model::{SinkKind, Subscription, VerificationState};
 use hub_engine::delivery::fairness::{Due, Scheduler};
@@ -35,33 +33,20 @@ const KEYS: [&str; 20] = [
 fn subscriptions() -> Vec<Subscription> {
     (0..10_000)
         .map(|i| Subscription {
-            id: uuid::Uuid::new_v4(),
-            tenant: format!("t{}", i % 100),
-            name: format!("s{i}"),
-            sink_kind: SinkKind::Webhook,
             endpoint: Some("https://example.com/h".into()),
             event_types: if i % 10 == 0 {
                 vec![]
             } else {
                 vec![KEYS[i % 20].into(), KEYS[(i + 7) % 20].into()]
             },
-            schema_major: 1,
-            event_majors: BTreeMap::new(),
             origin: (i % 3 == 0).then(|| "lender".into()),
-            timeout_ms: None,
-            plan_tier: None,
-            retry_schedule: None,
-            enabled: true,
-            paused: false,
             verification_state: VerificationState::Active,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_success_at_ms: None,
-            last_failure_at_ms: None,
-            marks: Default::default(),
-            deleted: false,
-            secret: None,
-            revision: 1,
+            ..Subscription::new(
+                &format!("t{}", i % 100),
+                &format!("s{i}"),
+                SinkKind::Webhook,
+                0,
+            )
         })
         .collect()
 }

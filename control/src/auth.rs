@@ -40,6 +40,9 @@ pub struct Principal {
     pub subject: String,
     pub tenant: String,
     pub permissions: Vec<String>,
+    /// Set when the call is a partner's, relayed by the gateway (R-CP-17): the token's
+    /// `partner_id` claim.
+    pub partner: Option<String>,
 }
 
 impl Principal {
@@ -74,6 +77,9 @@ pub struct Claims {
     pub tenant_id: String,
     #[serde(default)]
     pub permissions: Vec<String>,
+    /// A partner's call relayed by the gateway (R-CP-17).
+    #[serde(default, alias = "partnerId", skip_serializing_if = "Option::is_none")]
+    pub partner_id: Option<String>,
 }
 
 /// `aud`: one audience or several (RFC 7519 allows both).
@@ -203,6 +209,7 @@ impl TokenVerifier {
             subject: c.sub,
             tenant: c.tenant_id,
             permissions: c.permissions,
+            partner: c.partner_id.filter(|p| !p.is_empty()),
         })
     }
 }
@@ -254,6 +261,15 @@ pub struct Mint<'a> {
 
 /// Mints an HS256 token (the `hub-control token` command, for local use with the standalone hub).
 pub fn mint_hs256(secret: &[u8], m: &Mint<'_>) -> anyhow::Result<String> {
+    mint_hs256_for(secret, m, None)
+}
+
+/// Mints an HS256 token, a partner's (R-CP-17: `partner_id`) when `partner` is given.
+pub fn mint_hs256_for(
+    secret: &[u8],
+    m: &Mint<'_>,
+    partner: Option<&str>,
+) -> anyhow::Result<String> {
     let claims = Claims {
         sub: m.subject.into(),
         iss: m.issuer.into(),
@@ -262,6 +278,7 @@ pub fn mint_hs256(secret: &[u8], m: &Mint<'_>) -> anyhow::Result<String> {
         iat: Some(m.now_s),
         tenant_id: m.tenant.into(),
         permissions: m.permissions.iter().map(|p| (*p).to_owned()).collect(),
+        partner_id: partner.map(str::to_owned),
     };
     Ok(encode(
         &Header::new(Algorithm::HS256),

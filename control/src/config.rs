@@ -66,6 +66,13 @@ pub struct ControlConfig {
     /// Env `STREAMING_HUB_AWS_GRANT_TEMPLATE_URL`: where the delegated-grant CloudFormation
     /// template (`deploy/aws/delegated-grant.yaml`) is published, for the quick-create link.
     pub aws_grant_template_url: String,
+    /// Env `STREAMING_HUB_PARTNERS_URL`: Access Manager's partner directory; set, the gateway
+    /// relays partners' calls (R-CP-17), unset, every relayed call is refused. With
+    /// `STREAMING_HUB_PARTNERS_TOKEN` (a bearer for it) and `STREAMING_HUB_PARTNERS_REFRESH_MS`
+    /// (how often a partner's status is re-read; default 30000, stale after three).
+    pub partners_url: Option<String>,
+    pub partners_token: Option<String>,
+    pub partners_refresh_ms: u64,
 }
 
 /// Where Lerian publishes the delegated-grant template, unless the operator hosts their own.
@@ -129,6 +136,12 @@ impl ControlConfig {
                 _ => None,
             },
             aws_principal_arn: var("AWS_PRINCIPAL_ARN"),
+            partners_url: var("PARTNERS_URL"),
+            partners_token: var("PARTNERS_TOKEN"),
+            partners_refresh_ms: var("PARTNERS_REFRESH_MS")
+                .map(|v| v.parse().context("STREAMING_HUB_PARTNERS_REFRESH_MS"))
+                .transpose()?
+                .unwrap_or(30_000),
             aws_grant_template_url: var("AWS_GRANT_TEMPLATE_URL")
                 .unwrap_or_else(|| DEFAULT_GRANT_TEMPLATE_URL.into()),
         })
@@ -246,11 +259,33 @@ impl ControlConfig {
             rotation_overlap_ms: self.rotation_overlap_ms,
             idem,
             now_ms,
+            partners: self.partner_directory()?,
         };
         Ok((
             Arc::new(control),
             Arc::new(self.token_verifier(data_dir).await?),
         ))
+    }
+}
+
+impl ControlConfig {
+    /// Access Manager's partner directory, refreshed in the background, when configured.
+    fn partner_directory(
+        &self,
+    ) -> anyhow::Result<Option<Arc<hub_core::partners::PartnerDirectory>>> {
+        let Some(url) = &self.partners_url else {
+            return Ok(None);
+        };
+        let directory = Arc::new(
+            hub_core::partners::PartnerDirectory::new(
+                url,
+                self.partners_token.clone(),
+                Duration::from_millis(self.partners_refresh_ms.max(1000)),
+            )
+            .map_err(|e| anyhow::anyhow!("the partner directory's client: {e}"))?,
+        );
+        directory.spawn_refresh(now_ms);
+        Ok(Some(directory))
     }
 }
 

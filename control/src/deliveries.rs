@@ -7,7 +7,8 @@ use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{SinkKind, Subscription};
 use hub_core::views::{DeadLetterPage, EventPage, HealthView};
 
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
+use crate::partners::Operation;
 use crate::reader::{no_engine, DeliveryReader};
 use crate::service::Control;
 
@@ -37,9 +38,9 @@ impl Control {
         &self,
         who: &Principal,
         id: &str,
-        need: Permission,
+        op: Operation,
     ) -> Result<Subscription, ApiError> {
-        who.require(need)?;
+        self.admit(who, op)?;
         self.live(who, id).await
     }
 
@@ -49,7 +50,7 @@ impl Control {
         who: &Principal,
         id: &str,
     ) -> Result<Subscription, ApiError> {
-        let sub = self.own(who, id, Permission::Get).await?;
+        let sub = self.own(who, id, Operation::Pull).await?;
         if sub.sink_kind != SinkKind::Pull {
             return Err(ApiError::new(
                 ErrorCode::NotAPullSubscription,
@@ -91,7 +92,7 @@ impl Control {
         limit: Option<usize>,
     ) -> Result<DeadLetterPage, ApiError> {
         let limit = page_size(limit)?;
-        let sub = self.own(who, id, Permission::Get).await?;
+        let sub = self.own(who, id, Operation::DeadLetters).await?;
         self.delivery_reader()?
             .dead_letters(&sub, cursor, limit)
             .await
@@ -105,13 +106,13 @@ impl Control {
         id: &str,
         ids: Option<&[String]>,
     ) -> Result<u64, ApiError> {
-        let sub = self.own(who, id, Permission::Post).await?;
+        let sub = self.own(who, id, Operation::Replay).await?;
         self.delivery_reader()?.replay(&sub, ids).await
     }
 
     /// `GET /v1/subscriptions/:id/health` (R-CP-12).
     pub async fn delivery_health(&self, who: &Principal, id: &str) -> Result<HealthView, ApiError> {
-        let sub = self.own(who, id, Permission::Get).await?;
+        let sub = self.own(who, id, Operation::Health).await?;
         self.delivery_reader()?.health(&sub).await
     }
 }

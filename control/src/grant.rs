@@ -17,7 +17,8 @@
 use serde_json::{json, Map, Value};
 
 use crate::answer::{Answer, Served};
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
+use crate::partners::Operation;
 use crate::service::{write_outcome, Control, Mutation, Outcome};
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{binding, parse_object, SinkKind, Subscription};
@@ -81,7 +82,7 @@ impl Control {
 
     /// `GET /v1/subscriptions/:id/setup-artifacts` (R-CP-7).
     pub async fn setup_artifacts(&self, who: &Principal, id: &str) -> Served {
-        who.require(Permission::Get)?;
+        self.admit(who, Operation::SetupArtifacts)?;
         let sub = self.live(who, id).await?;
         let dest = destination(&sub)?;
         let principal = self.principal_arn()?;
@@ -124,7 +125,7 @@ impl Control {
 
     /// `PUT /v1/subscriptions/:id/delegated-grant` (R-CP-7).
     pub async fn put_grant(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
-        who.require(Permission::Post)?;
+        self.admit(who, Operation::Grant)?;
         let body = m.body;
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {

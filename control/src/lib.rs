@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod http;
 pub mod onboarding;
 pub mod ops;
+pub mod partners;
 pub mod probe;
 pub mod reader;
 pub mod rotation;

@@ -8,7 +8,8 @@
 use serde_json::json;
 
 use crate::answer::{Answer, Served};
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
+use crate::partners::Operation;
 use crate::probe::{after_probe, ProbeKind};
 use crate::service::Control;
 use hub_core::error::{ApiError, ErrorCode};
@@ -21,7 +22,7 @@ use hub_core::sink::Material;
 impl Control {
     /// `PUT /v1/subscriptions/:id/credential`.
     pub async fn put_credential(&self, who: &Principal, id: &str, body: &[u8]) -> Served {
-        who.require(Permission::Post)?;
+        self.admit(who, Operation::Credential)?;
         let sub = match self.live(who, id).await {
             Ok(s) => s,
             Err(e) => return Err(e),

@@ -10,7 +10,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::answer::{Answer, Served};
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
+use crate::partners::Operation;
 use crate::service::{store_error, Control};
 use crate::store::ControlStoreError;
 use hub_core::error::{ApiError, ErrorCode};
@@ -38,7 +39,13 @@ pub enum ProbeKind {
 impl Control {
     /// `POST /v1/subscriptions/:id/ping` or `…/verify`.
     pub async fn probe(&self, who: &Principal, id: &str, kind: ProbeKind) -> Served {
-        who.require(Permission::Post)?;
+        self.admit(
+            who,
+            match kind {
+                ProbeKind::Ping => Operation::Ping,
+                ProbeKind::Verify => Operation::Verify,
+            },
+        )?;
         let sub = match self.live(who, id).await {
             Ok(s) => s,
             Err(e) => return Err(e),

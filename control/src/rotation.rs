@@ -8,7 +8,8 @@
 use serde_json::json;
 
 use crate::answer::{Answer, Served};
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
+use crate::partners::Operation;
 use crate::service::{write_outcome, Control, Mutation, Outcome};
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{binding, rfc3339, SinkKind};
@@ -17,7 +18,7 @@ use hub_core::sink::webhook::secrets::SigningSecrets;
 impl Control {
     /// `POST /v1/subscriptions/:id/secret/rotate`.
     pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
-        who.require(Permission::Post)?;
+        self.admit(who, Operation::Rotate)?;
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {
                 Ok(s) => s,

@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::answer::{recorded, Answer, Served};
-use crate::auth::{Permission, Principal};
+use crate::auth::Principal;
 use crate::catalog::Catalog;
+use crate::partners::Operation;
 use crate::store::{ControlStore, ControlStoreError, IdemBegin, IdemTimes, StoredResponse};
 use hub_core::destination::{check_endpoint, DestinationPolicy, Resolver};
 use hub_core::error::{ApiError, ErrorCode};
@@ -110,6 +111,8 @@ pub struct Control {
     pub rotation_overlap_ms: i64,
     /// The clock (Unix ms), injected so tests control time.
     pub now_ms: fn() -> i64,
+    /// Access Manager's partner directory, when the gateway relay is on (R-CP-17).
+    pub partners: Option<Arc<hub_core::partners::PartnerDirectory>>,
 }
 
 /// An engine's subscription index in the same process as this control plane.
@@ -359,20 +362,25 @@ impl Control {
     pub(crate) async fn live(&self, who: &Principal, id: &str) -> Result<Subscription, ApiError> {
         let id: Uuid = id.parse().map_err(|_| ApiError::not_found())?;
         match self.store.get(&who.tenant, id).await.map_err(store_error)? {
-            Some(s) if !s.deleted => Ok(s),
+            Some(s) if !s.deleted && crate::partners::reaches(who, &s) => Ok(s),
             _ => Err(ApiError::not_found()),
         }
     }
 
     /// `POST /v1/subscriptions` (R-CP-3).
     pub async fn create(&self, who: &Principal, m: Mutation<'_>) -> Served {
-        who.require(Permission::Post)?;
+        self.admit(who, Operation::Create)?;
         let body = m.body;
         self.idempotent(who, &m, || async {
             let fields = match parse_object(body).and_then(|o| validate_create(&o)) {
                 Ok(f) => f,
                 Err(e) => return Outcome::Refused(e),
             };
+            if who.partner.is_some() && fields.sink_kind == hub_core::model::SinkKind::Pull {
+                return Outcome::Refused(ApiError::invalid(
+                    "a partner manages push subscriptions only, not pull (R-CP-17)",
+                ));
+            }
             if let Err(e) = check_endpoint(
                 &self.policy,
                 &*self.resolver,
@@ -417,6 +425,7 @@ impl Control {
                 secret: None,
                 revision: 1,
                 marks: Default::default(),
+                partner: who.partner.clone(),
             };
             let mut secret = None;
             if sub.sink_kind == hub_core::model::SinkKind::Webhook {
@@ -448,7 +457,7 @@ impl Control {
 
     /// `GET /v1/subscriptions` with cursor pagination.
     pub async fn list(&self, who: &Principal, cursor: Option<&str>, limit: Option<&str>) -> Served {
-        who.require(Permission::Get)?;
+        self.admit(who, Operation::List)?;
         let after = match cursor.map(str::parse::<Uuid>).transpose() {
             Ok(a) => a,
             Err(_) => return Err(ApiError::bad_request("cursor is not one this API returned")),
@@ -468,7 +477,13 @@ impl Control {
                 let next = more
                     .then(|| subs.last().map(|s| s.id.to_string()))
                     .flatten();
-                let items: Vec<Value> = subs.iter().map(Subscription::view).collect();
+                // A partner's page shows its own (a page may hold fewer than `limit`; the
+                // cursor still moves on).
+                let items: Vec<Value> = subs
+                    .iter()
+                    .filter(|s| crate::partners::reaches(who, s))
+                    .map(Subscription::view)
+                    .collect();
                 let mut body = json!({ "items": items });
                 if let Some(n) = next {
                     body["next_cursor"] = Value::String(n);
@@ -480,7 +495,7 @@ impl Control {
 
     /// `GET /v1/subscriptions/:id`, with its ETag.
     pub async fn get(&self, who: &Principal, id: &str) -> Served {
-        who.require(Permission::Get)?;
+        self.admit(who, Operation::Read)?;
         match self.live(who, id).await {
             Ok(s) => Ok(Answer::ok(s.view()).with_etag(&s)),
             Err(e) => Err(e),
@@ -495,7 +510,7 @@ impl Control {
         if_match: Option<&str>,
         m: Mutation<'_>,
     ) -> Served {
-        who.require(Permission::Patch)?;
+        self.admit(who, Operation::Edit)?;
         let tags = match if_match.map(if_match_tags).transpose() {
             Ok(t) => t,
             Err(e) => return Err(e),
@@ -567,7 +582,7 @@ impl Control {
 
     /// `DELETE /v1/subscriptions/:id` (R-CP-16): soft delete; the name is free again.
     pub async fn delete(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
-        who.require(Permission::Delete)?;
+        self.admit(who, Operation::Delete)?;
         self.idempotent(who, &m, || async {
             let current = match self.live(who, id).await {
                 Ok(s) => s,
@@ -589,7 +604,12 @@ impl Control {
     /// `POST …/pause` and `POST …/resume` (R-CP-11): no key, `subscriptions:post`, 200 without
     /// a body, a repeat is a no-op; a hub-stopped subscription answers 409.
     pub async fn set_paused(&self, who: &Principal, id: &str, pause: bool) -> Served {
-        who.require(Permission::Post)?;
+        let op = if pause {
+            Operation::Pause
+        } else {
+            Operation::Resume
+        };
+        self.admit(who, op)?;
         for _ in 0..5 {
             let current = match self.live(who, id).await {
                 Ok(s) => s,
@@ -628,7 +648,7 @@ impl Control {
 
     /// `GET /v1/catalog` (R-CP-15).
     pub async fn catalog(&self, who: &Principal) -> Served {
-        who.require(Permission::Get)?;
+        self.admit(who, Operation::Catalog)?;
         self.sync_catalog().await;
         Ok(Answer::ok(self.catalog.list()))
     }

@@ -67,7 +67,8 @@ error_codes! {
     Unauthorized = "unauthorized", 401, Unauthenticated;
     /// The token is valid but lacks the permission the operation needs.
     Forbidden = "forbidden", 403, PermissionDenied;
-    /// A partner call through the gateway relay while no relay is configured (R-CP-17).
+    /// A partner's call through the gateway relay, refused: no relay is configured, or the
+    /// operation is not one relayed for partners (R-CP-17).
     DelegatedRelayRefused = "delegated_relay_refused", 403, PermissionDenied;
     /// No subscription of this tenant has that id (another tenant's reads as absent, R-SEC-3).
     SubscriptionNotFound = "subscription_not_found", 404, NotFound;

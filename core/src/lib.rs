@@ -8,6 +8,7 @@ pub mod destination;
 pub mod error;
 pub mod model;
 pub mod outcomes;
+pub mod partners;
 pub mod secrets;
 pub mod sink;
 pub mod views;

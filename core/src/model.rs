@@ -79,6 +79,9 @@ pub struct Subscription {
     pub revision: u64,
     /// What probes and the delivery engine recorded (R-CP-5, R-DI-10).
     pub marks: Marks,
+    /// The partner that created it through the gateway relay (R-CP-17): only that partner
+    /// reaches it, and it delivers only while Access Manager shows the partner active.
+    pub partner: Option<String>,
 }
 
 /// Probe results and the hub's own decisions about a subscription.
@@ -147,6 +150,7 @@ impl Subscription {
             secret: None,
             revision: 1,
             marks: Marks::default(),
+            partner: None,
         }
     }
 
@@ -177,6 +181,9 @@ impl Subscription {
                 "timeout_ms".into(),
                 self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS).into(),
             );
+        }
+        if let Some(p) = &self.partner {
+            m.insert("partner_id".into(), p.clone().into());
         }
         if let Some(p) = &self.plan_tier {
             m.insert("plan_tier".into(), p.clone().into());

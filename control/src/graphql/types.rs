@@ -129,6 +129,11 @@ impl SubscriptionNode {
     async fn disabled_reason(&self) -> Option<String> {
         self.text("disabled_reason")
     }
+
+    /// The partner that manages it through the gateway relay (R-CP-17).
+    async fn partner_id(&self) -> Option<String> {
+        self.text("partner_id")
+    }
 }
 
 /// One page of the tenant's subscriptions.

@@ -68,6 +68,7 @@ pub fn subscription(v: &Value, etag: Option<String>) -> pb::Subscription {
         next_verification_attempt_at: text(v, "next_verification_attempt_at"),
         disabled_at: text(v, "disabled_at"),
         disabled_reason: text(v, "disabled_reason"),
+        partner_id: text(v, "partner_id"),
     }
 }
 

@@ -42,6 +42,9 @@ enum Command {
         subject: String,
         #[arg(long, default_value_t = 3600)]
         ttl_s: u64,
+        /// A partner's token, as the gateway relays it (R-CP-17: the `partner_id` claim).
+        #[arg(long)]
+        partner: Option<String>,
     },
 }
 
@@ -64,6 +67,7 @@ fn main() -> anyhow::Result<()> {
             permissions,
             subject,
             ttl_s,
+            partner,
         } => {
             let secret = config.hs256_secret(&cli.data_dir)?;
             let perms: Vec<&str> = permissions.split(',').map(str::trim).collect();
@@ -77,7 +81,8 @@ fn main() -> anyhow::Result<()> {
                 ttl_s,
                 now_s: now,
             };
-            let token = hub_control::auth::mint_hs256(secret.as_bytes(), &mint)?;
+            let token =
+                hub_control::auth::mint_hs256_for(secret.as_bytes(), &mint, partner.as_deref())?;
             #[allow(clippy::print_stdout)] // the command's output
             {
                 println!("{token}");

@@ -6,6 +6,8 @@ use hub_core::model::{Subscription, VerificationState};
 use hub_core::sink::outcome::Outcome;
 use rand::Rng;
 
+use hub_core::partners::PartnerState;
+
 use super::breaker::{Admit, Breaker};
 use super::retry::{after_failure, is_last_attempt, AfterFailure, Curve};
 use crate::store::{AttemptRecord, JobRecord, Settled};
@@ -29,10 +31,17 @@ pub fn curve_of(sub: &Subscription) -> Curve {
     Curve::from_override(sub.retry_schedule.as_deref())
 }
 
-/// Whether `job` may start at `now_ms`. The breaker is asked last, so a job that is not started
-/// for another reason never takes the breaker's single half-open probe.
+/// How long a partner's job waits before its partner is looked at again: when Access Manager
+/// shows it inactive, and when its status is not known yet (R-CP-17).
+pub const PARTNER_INACTIVE_RECHECK_MS: i64 = 5_000;
+pub const PARTNER_UNKNOWN_RECHECK_MS: i64 = 1_000;
+
+/// Whether `job` may start at `now_ms`; `partner` is what the hub knows of the subscription's
+/// partner, if it has one. The breaker is asked last, so a job that is not started for another
+/// reason never takes the breaker's single half-open probe.
 pub fn dispatch(
     sub: Option<&Subscription>,
+    partner: Option<PartnerState>,
     breaker: &mut Breaker,
     job: &JobRecord,
     now_ms: i64,
@@ -54,6 +63,15 @@ pub fn dispatch(
     }
     if !sub.enabled {
         return Dispatch::Bury("subscription stopped by the hub");
+    }
+    // A partner's subscription delivers only while its partner is known active; held, not
+    // attempted: no attempt is counted.
+    match partner {
+        Some(PartnerState::Inactive) => {
+            return Dispatch::Defer(now_ms + PARTNER_INACTIVE_RECHECK_MS)
+        }
+        Some(PartnerState::Unknown) => return Dispatch::Defer(now_ms + PARTNER_UNKNOWN_RECHECK_MS),
+        Some(PartnerState::Active) | None => {}
     }
     let last = is_last_attempt(&curve_of(sub), job.attempts + 1, job.received_at_ms, now_ms);
     match breaker.admit(now_ms, last) {
@@ -143,26 +161,51 @@ mod tests {
     fn r_cp_11_paused_deleted_and_stopped_subscriptions_get_no_attempt() {
         let mut b = Breaker::new(BreakerConfig::default());
         let j = job(0, 0);
-        assert_eq!(dispatch(None, &mut b, &j, 0), Dispatch::Cancel);
+        assert_eq!(dispatch(None, None, &mut b, &j, 0), Dispatch::Cancel);
         let mut paused = active();
         paused.paused = true;
         paused.enabled = false;
-        assert_eq!(dispatch(Some(&paused), &mut b, &j, 0), Dispatch::Cancel);
+        assert_eq!(
+            dispatch(Some(&paused), None, &mut b, &j, 0),
+            Dispatch::Cancel
+        );
         let mut stopped = active();
         stopped.enabled = false;
         assert!(matches!(
-            dispatch(Some(&stopped), &mut b, &j, 0),
+            dispatch(Some(&stopped), None, &mut b, &j, 0),
             Dispatch::Bury(_)
         ));
-        assert_eq!(dispatch(Some(&active()), &mut b, &j, 0), Dispatch::Start);
+        assert_eq!(
+            dispatch(Some(&active()), None, &mut b, &j, 0),
+            Dispatch::Start
+        );
         let mut resumed = active();
         resumed.marks.resumed_at_ms = Some(10);
         assert_eq!(
-            dispatch(Some(&resumed), &mut b, &job(0, 9), 20),
+            dispatch(Some(&resumed), None, &mut b, &job(0, 9), 20),
             Dispatch::Cancel
         );
         assert_eq!(
-            dispatch(Some(&resumed), &mut b, &job(0, 10), 20),
+            dispatch(Some(&resumed), None, &mut b, &job(0, 10), 20),
+            Dispatch::Start
+        );
+    }
+
+    #[test]
+    fn r_cp_17_a_partners_jobs_wait_until_the_partner_is_known_active() {
+        let mut b = Breaker::new(BreakerConfig::default());
+        let sub = active();
+        let j = job(0, 0);
+        assert_eq!(
+            dispatch(Some(&sub), Some(PartnerState::Inactive), &mut b, &j, 5),
+            Dispatch::Defer(5 + PARTNER_INACTIVE_RECHECK_MS)
+        );
+        assert_eq!(
+            dispatch(Some(&sub), Some(PartnerState::Unknown), &mut b, &j, 5),
+            Dispatch::Defer(5 + PARTNER_UNKNOWN_RECHECK_MS)
+        );
+        assert_eq!(
+            dispatch(Some(&sub), Some(PartnerState::Active), &mut b, &j, 5),
             Dispatch::Start
         );
     }
@@ -175,11 +218,14 @@ mod tests {
         }
         let sub = active();
         assert!(matches!(
-            dispatch(Some(&sub), &mut b, &job(1, 0), 1),
+            dispatch(Some(&sub), None, &mut b, &job(1, 0), 1),
             Dispatch::Defer(_)
         ));
         // The eighth attempt is the last: it runs even while the breaker is open.
-        assert_eq!(dispatch(Some(&sub), &mut b, &job(7, 0), 1), Dispatch::Start);
+        assert_eq!(
+            dispatch(Some(&sub), None, &mut b, &job(7, 0), 1),
+            Dispatch::Start
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
 };
 use crate::telemetry::{store_failed, FailedStage};
+use hub_core::partners::PartnerState;
 
 /// How many rounds of work a lane leases ahead of its workers by default (see `choose`).
 pub const LEASE_AHEAD: u32 = 8;
@@ -357,7 +358,14 @@ impl DeliveryLane {
                 .breakers
                 .entry((job.tenant.clone(), due.destination.clone()))
                 .or_insert_with(|| Breaker::new(self.config.breaker));
-            let settled = match dispatch(sub.as_deref(), breaker, &job, now) {
+            let partner = sub.as_deref().and_then(|s| s.partner.as_deref()).map(|p| {
+                match &self.control.partners {
+                    Some(directory) => directory.state(p, now),
+                    // No directory: nobody can say the partner is active.
+                    None => PartnerState::Unknown,
+                }
+            });
+            let settled = match dispatch(sub.as_deref(), partner, breaker, &job, now) {
                 Dispatch::Start => match sub {
                     Some(sub) => {
                         start.push(job.id);

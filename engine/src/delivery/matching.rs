@@ -170,29 +170,15 @@ mod tests {
                 }
             }
             Subscription {
-                id: Uuid::new_v4(),
-                tenant: TENANTS[tenant].into(),
-                name: "s".into(),
-                sink_kind: SinkKind::Pull,
-                endpoint: None,
                 event_types,
                 schema_major,
                 event_majors,
                 origin: origin.map(|o| SOURCES[o].to_owned()),
-                timeout_ms: None,
-                plan_tier: None,
-                retry_schedule: None,
                 enabled,
                 paused: !enabled,
                 verification_state: if active { VerificationState::Active } else { VerificationState::PendingVerification },
-                created_at_ms: 0,
-                updated_at_ms: 0,
-                last_success_at_ms: None,
-                last_failure_at_ms: None,
                 deleted,
-                secret: None,
-                revision: 1,
-                marks: Default::default(),
+                ..Subscription::new(TENANTS[tenant], "s", SinkKind::Pull, 0)
             }
         }
     }

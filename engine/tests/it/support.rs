@@ -521,15 +521,29 @@ pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
 
 /// A bearer token for the standalone hub in `data_dir`, signed with the HS256 secret it generated.
 pub fn token(data_dir: &std::path::Path, tenant: &str, permissions: &[&str]) -> String {
+    partner_token(data_dir, tenant, permissions, None)
+}
+
+/// As `token`, a partner's when `partner` is given (R-CP-17: as the gateway relays it).
+pub fn partner_token(
+    data_dir: &std::path::Path,
+    tenant: &str,
+    permissions: &[&str],
+    partner: Option<&str>,
+) -> String {
     let secret =
         std::fs::read_to_string(data_dir.join("jwt-hs256.secret")).expect("generated secret");
-    token_signed(&secret, tenant, permissions)
+    token_for(&secret, tenant, permissions, partner)
 }
 
 /// A bearer token signed with an HS256 `secret` (one a deployment's processes share).
 pub fn token_signed(secret: &str, tenant: &str, permissions: &[&str]) -> String {
+    token_for(secret, tenant, permissions, None)
+}
+
+fn token_for(secret: &str, tenant: &str, permissions: &[&str], partner: Option<&str>) -> String {
     let now = u64::try_from(hub_control::config::now_ms() / 1000).expect("now");
-    hub_control::auth::mint_hs256(
+    hub_control::auth::mint_hs256_for(
         secret.trim().as_bytes(),
         &hub_control::auth::Mint {
             issuer: "access-manager",
@@ -540,6 +554,7 @@ pub fn token_signed(secret: &str, tenant: &str, permissions: &[&str]) -> String 
             ttl_s: 600,
             now_s: now,
         },
+        partner,
     )
     .expect("token")
 }

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::delivery::{engine_env, event_headers, start_engine, Tenant};
+use crate::delivery::{engine_env, ingest_one, start_engine, Tenant};
 use crate::graphql_live;
 use crate::receiver::{Act, Receiver};
 use crate::support::*;
@@ -77,20 +77,8 @@ impl Drop for ControlProcess {
     }
 }
 
-async fn ingest(engine: &Engine, tenant: &str) -> Uuid {
-    let id = Uuid::now_v7();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/ingest/lender", engine.http))
-        .body(r#"{"amount":"1.00"}"#);
-    for (k, v) in event_headers(tenant, id) {
-        post = post.header(k, v);
-    }
-    assert_eq!(post.send().await.expect("ingest").status().as_u16(), 202);
-    id
-}
-
 /// Polls `read` for up to `within` until it answers `Some`.
-async fn eventually<T, F, Fut>(within: Duration, mut read: F) -> Option<T>
+pub(crate) async fn eventually<T, F, Fut>(within: Duration, mut read: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -154,7 +142,7 @@ async fn r_op_1_control_process_and_engine_share_one_cql_keyspace() {
         .await;
     // Across processes the engine's index follows the revision log within a second (R-MA-3).
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let event = ingest(&engine, &tenant).await;
+    let event = ingest_one(&engine, &tenant, &[]).await;
     let received = eventually(Duration::from_secs(20), || async {
         good.received()
             .into_iter()
@@ -186,7 +174,7 @@ async fn r_op_1_control_process_and_engine_share_one_cql_keyspace() {
     .await;
     // The engine reads watches every second (and its index follows the revision log as often).
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    let failing = ingest(&engine, &tenant).await;
+    let failing = ingest_one(&engine, &tenant, &[]).await;
     let m = graphql_live::next(&mut ws).await;
     let o = &m["payload"]["data"]["deliveryOutcomes"];
     assert_eq!(
