@@ -9,6 +9,7 @@ pub mod error;
 pub mod model;
 pub mod outcomes;
 pub mod partners;
+pub mod record;
 pub mod secrets;
 pub mod sink;
 pub mod views;

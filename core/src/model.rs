@@ -81,6 +81,8 @@ pub struct Subscription {
     pub marks: Marks,
     /// The partner that created it through the gateway relay (R-CP-17): only that partner
     /// reaches it, and it delivers only while Access Manager shows the partner active.
+    /// (A field added after records existed: absent from older records, so defaulted.)
+    #[serde(default)]
     pub partner: Option<String>,
 }
 

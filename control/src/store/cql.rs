@@ -31,6 +31,14 @@ fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, ControlStoreErr
     postcard::from_bytes(b).map_err(|e| unavailable(format!("corrupt record: {e}")))
 }
 
+fn encode_sub(sub: &Subscription) -> Result<Vec<u8>, ControlStoreError> {
+    hub_core::record::encode(sub).map_err(unavailable)
+}
+
+fn decode_sub(b: &[u8]) -> Result<Subscription, ControlStoreError> {
+    hub_core::record::decode(b).map_err(unavailable)
+}
+
 fn lwt(result: QueryResult) -> Result<LwtAnswer, ControlStoreError> {
     LwtAnswer::read(result).map_err(ControlStoreError::Unavailable)
 }
@@ -226,7 +234,7 @@ impl ControlStore for CqlControlStore {
         batch.append_statement(self.st.claim_name.clone());
         batch.append_statement(self.st.insert_sub.clone());
         let id = sub.id.to_string();
-        let record = encode(sub)?;
+        let record = encode_sub(sub)?;
         let revision = i64::try_from(sub.revision).map_err(unavailable)?;
         let result = self
             .session
@@ -250,7 +258,7 @@ impl ControlStore for CqlControlStore {
         let row: Option<(Option<Vec<u8>>,)> = self
             .first_row(&self.st.get_sub, (tenant, id.to_string()))
             .await?;
-        row.and_then(|(r,)| r).map(|b| decode(&b)).transpose()
+        row.and_then(|(r,)| r).map(|b| decode_sub(&b)).transpose()
     }
 
     async fn list(
@@ -276,7 +284,7 @@ impl ControlStore for CqlControlStore {
                 let Some(bytes) = row.map_err(unavailable)?.0 else {
                     continue;
                 };
-                let sub: Subscription = decode(&bytes)?;
+                let sub: Subscription = decode_sub(&bytes)?;
                 from = sub.id.to_string();
                 if !sub.deleted {
                     out.push(sub);
@@ -300,7 +308,7 @@ impl ControlStore for CqlControlStore {
         }
         self.log_change(sub).await?;
         let id = sub.id.to_string();
-        let record = encode(sub)?;
+        let record = encode_sub(sub)?;
         let revision = i64::try_from(sub.revision).map_err(unavailable)?;
         let expected_i = i64::try_from(expected).map_err(unavailable)?;
         let mut batch = Self::conditional_batch();

@@ -45,6 +45,14 @@ fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, ControlStoreError> {
         .map_err(|e| ControlStoreError::Unavailable(format!("corrupt record: {e}")))
 }
 
+fn encode_sub(sub: &Subscription) -> Result<Vec<u8>, ControlStoreError> {
+    hub_core::record::encode(sub).map_err(unavailable)
+}
+
+fn decode_sub(b: &[u8]) -> Result<Subscription, ControlStoreError> {
+    hub_core::record::decode(b).map_err(unavailable)
+}
+
 impl EmbeddedControlStore {
     pub fn open(path: &Path) -> Result<Self, ControlStoreError> {
         if let Some(dir) = path.parent() {
@@ -114,7 +122,7 @@ impl ControlStore for EmbeddedControlStore {
                 let mut subs = txn.open_table(SUBS).map_err(unavailable)?;
                 subs.insert(
                     (sub.tenant.as_str(), sub.id.as_u128()),
-                    encode(&sub)?.as_slice(),
+                    encode_sub(&sub)?.as_slice(),
                 )
                 .map_err(unavailable)?;
                 log_change(&mut txn.open_table(CHANGES).map_err(unavailable)?, &sub)?;
@@ -132,7 +140,7 @@ impl ControlStore for EmbeddedControlStore {
             let row = subs
                 .get((tenant.as_str(), id.as_u128()))
                 .map_err(unavailable)?;
-            row.map(|r| decode(r.value())).transpose()
+            row.map(|r| decode_sub(r.value())).transpose()
         })
         .await
     }
@@ -154,7 +162,7 @@ impl ControlStore for EmbeddedControlStore {
                 .map_err(unavailable)?
             {
                 let (_, v) = row.map_err(unavailable)?;
-                let sub: Subscription = decode(v.value())?;
+                let sub: Subscription = decode_sub(v.value())?;
                 if !sub.deleted {
                     out.push(sub);
                 }
@@ -175,7 +183,7 @@ impl ControlStore for EmbeddedControlStore {
                 let mut subs = txn.open_table(SUBS).map_err(unavailable)?;
                 let key = (sub.tenant.as_str(), sub.id.as_u128());
                 let current: Subscription = match subs.get(key).map_err(unavailable)? {
-                    Some(row) => decode(row.value())?,
+                    Some(row) => decode_sub(row.value())?,
                     None => return Err(ControlStoreError::NotFound),
                 };
                 if current.revision != expected {
@@ -198,7 +206,7 @@ impl ControlStore for EmbeddedControlStore {
                         .insert(name_key, sub.id.as_u128())
                         .map_err(unavailable)?;
                 }
-                subs.insert(key, encode(&sub)?.as_slice())
+                subs.insert(key, encode_sub(&sub)?.as_slice())
                     .map_err(unavailable)?;
                 log_change(&mut txn.open_table(CHANGES).map_err(unavailable)?, &sub)?;
             }
