@@ -260,6 +260,7 @@ impl ControlConfig {
             idem,
             now_ms,
             partners: self.partner_directory()?,
+            changes: tokio::sync::watch::channel(0).0,
         };
         Ok((
             Arc::new(control),

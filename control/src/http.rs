@@ -33,6 +33,7 @@ struct Api {
 pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
     let graphql = crate::graphql::router(control.clone(), verifier.clone());
     let grpc = crate::grpc::router(control.clone(), verifier.clone());
+    let push = crate::push::router(control.clone());
     Router::new()
         .route("/v1/subscriptions", get(list).post(create))
         .route(
@@ -65,6 +66,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .with_state(Api { control, verifier })
         .merge(graphql)
         .merge(grpc)
+        .merge(push)
         .layer(axum::middleware::from_fn(hub_core::error::limit_headers))
         .layer(axum::middleware::map_response(hub_core::error::json_errors))
 }

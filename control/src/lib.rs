@@ -20,6 +20,7 @@ pub mod onboarding;
 pub mod ops;
 pub mod partners;
 pub mod probe;
+pub mod push;
 pub mod reader;
 pub mod rotation;
 pub mod service;

@@ -113,6 +113,9 @@ pub struct Control {
     pub now_ms: fn() -> i64,
     /// Access Manager's partner directory, when the gateway relay is on (R-CP-17).
     pub partners: Option<Arc<hub_core::partners::PartnerDirectory>>,
+    /// How many subscription changes this process has written: engines elsewhere long-poll it
+    /// (`GET /internal/changes`) to read the revision log at once (R-TR-4's push).
+    pub changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// An engine's subscription index in the same process as this control plane.
@@ -126,6 +129,7 @@ impl Control {
     /// Creates `sub`, then waits for the local index.
     pub(crate) async fn write_new(&self, sub: &Subscription) -> Result<(), ControlStoreError> {
         self.store.create(sub).await?;
+        self.changes.send_modify(|n| *n += 1);
         self.local_caught_up().await;
         Ok(())
     }
@@ -138,6 +142,7 @@ impl Control {
         expected: u64,
     ) -> Result<(), ControlStoreError> {
         self.store.replace(next, expected).await?;
+        self.changes.send_modify(|n| *n += 1);
         self.local_caught_up().await;
         Ok(())
     }

@@ -105,6 +105,14 @@ pub struct HubConfig {
     /// waits three quarters of it for the shards, so its last offset commit fits inside. Env
     /// `STREAMING_HUB_STOP_GRACE_MS`. Default 30000.
     pub stop_grace_ms: u64,
+    /// How often the engine reads the control plane's revision log for subscription changes
+    /// (R-MA-3; the safety net under push). Env `STREAMING_HUB_FOLLOW_MS`. Default 250.
+    pub follow_ms: u64,
+    /// A control process this engine runs beside (`hub-control serve`, e.g.
+    /// `http://127.0.0.1:8081`): the engine keeps a long poll open on its `/internal/changes`
+    /// and reads the revision log the moment a change is written there (R-TR-4). Env
+    /// `STREAMING_HUB_CONTROL_URL`. Unset: polling alone.
+    pub control_url: Option<String>,
 }
 
 impl Default for HubConfig {
@@ -136,6 +144,8 @@ impl Default for HubConfig {
             publish_hub_events: true,
             delivery_poll_ms: 200,
             stop_grace_ms: 30_000,
+            follow_ms: 250,
+            control_url: None,
         }
     }
 }
@@ -277,6 +287,12 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("STOP_GRACE_MS") {
             self.stop_grace_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("FOLLOW_MS") {
+            self.follow_ms = parse(&k, v)?;
+        }
+        if let Some((_, v)) = env("CONTROL_URL") {
+            self.control_url = (!v.is_empty()).then(|| v.trim_end_matches('/').to_owned());
         }
         Ok(())
     }

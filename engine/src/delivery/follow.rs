@@ -109,19 +109,66 @@ impl hub_control::service::LocalIndex for InProcess {
     }
 }
 
-/// Polls the revision log every `every` until `stop` (the safety net under push notification,
-/// which is not built: polling alone keeps changes within a second with `every` ≤ 1 s).
+/// Reads the revision log every `every`, and at once when `pushed` is notified (a control
+/// process said a change was written), until `stop`.
 pub async fn follow(
     subs: Arc<Subscriptions>,
     store: Arc<dyn ControlStore>,
     every: Duration,
+    pushed: Arc<tokio::sync::Notify>,
     stop: Arc<AtomicBool>,
 ) {
     while !stop.load(Ordering::Acquire) {
         if let Err(e) = subs.catch_up(&*store).await {
             tracing::warn!(error = %e, "reading subscription changes failed; retrying");
         }
-        tokio::time::sleep(every).await;
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = pushed.notified() => {}
+        }
+    }
+}
+
+/// How long a long poll may take before it is abandoned and made again (the control process
+/// answers within 25 s).
+const LONG_POLL_LIMIT: Duration = Duration::from_secs(35);
+
+/// Keeps a long poll open on a control process's `/internal/changes` (R-TR-4) and notifies
+/// `pushed` each time it reports a change; on a failure it waits a second and asks again (the
+/// follower's own polling covers the gap).
+pub async fn listen_for_changes(
+    control_url: String,
+    pushed: Arc<tokio::sync::Notify>,
+    stop: Arc<AtomicBool>,
+) {
+    let client = match reqwest::Client::builder().timeout(LONG_POLL_LIMIT).build() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "no client for change notifications; polling alone");
+            return;
+        }
+    };
+    let mut seen: Option<u64> = None;
+    while !stop.load(Ordering::Acquire) {
+        let url = format!("{control_url}/internal/changes?after={}", seen.unwrap_or(0));
+        let answer = async {
+            let r = client.get(&url).send().await?.error_for_status()?;
+            r.json::<serde_json::Value>().await
+        };
+        match answer.await {
+            Ok(v) => {
+                let count = v["changes"].as_u64().unwrap_or(0);
+                if seen.is_some_and(|s| s != count) {
+                    pushed.notify_one();
+                }
+                seen = Some(count);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "change notifications interrupted; asking again");
+                seen = None;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
     }
 }
 
@@ -165,6 +212,7 @@ mod tests {
             subs.clone(),
             store.clone(),
             Duration::from_millis(100),
+            Arc::default(),
             stop.clone(),
         ));
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hub_control::service::Control;
 
 use super::autodisable::Policy;
-use super::follow::{follow, Subscriptions};
+use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use crate::config::{HubConfig, StoreKind};
 use crate::ingest::jobs::JobRouting;
@@ -18,8 +18,6 @@ use crate::store::{Lane, Store};
 /// Most lanes a store may hold; a shard pages every lane `l` with `l % shards == shard`.
 pub const MAX_LANES: Lane = 64;
 
-/// How often the follower reads the revision log (R-MA-3: changes within a second).
-const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
 /// A shard's lane and the routing its ingest stage writes jobs with.
 #[derive(Debug)]
@@ -74,12 +72,17 @@ impl Delivery {
         tokio
             .block_on(subs.catch_up(&*control.store))
             .map_err(|e| anyhow::anyhow!("loading subscriptions: {e}"))?;
+        let pushed = Arc::new(tokio::sync::Notify::new());
         tokio.spawn(follow(
             subs.clone(),
             control.store.clone(),
-            FOLLOW_EVERY,
+            Duration::from_millis(config.follow_ms.max(10)),
+            pushed.clone(),
             stop.clone(),
         ));
+        if let Some(url) = &config.control_url {
+            tokio.spawn(listen_for_changes(url.clone(), pushed, stop.clone()));
+        }
         tokio.spawn(auto_probe(subs.clone(), control.clone(), stop.clone()));
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(1))
