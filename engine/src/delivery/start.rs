@@ -18,7 +18,6 @@ use crate::store::{Lane, Store};
 /// Most lanes a store may hold; a shard pages every lane `l` with `l % shards == shard`.
 pub const MAX_LANES: Lane = 64;
 
-
 /// A shard's lane and the routing its ingest stage writes jobs with.
 #[derive(Debug)]
 pub struct ShardLane {
