@@ -129,6 +129,11 @@ impl Keyring {
         })
     }
 
+    /// Whether this keyring holds the master key `key_id`.
+    pub fn holds(&self, key_id: &str) -> bool {
+        self.keys.contains_key(key_id)
+    }
+
     pub fn open(&self, sealed: &Sealed, bound_to: &str) -> Result<Secret, SealError> {
         let key = self
             .keys

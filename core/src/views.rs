@@ -121,6 +121,10 @@ pub struct HealthView {
     pub failed_attempts: u64,
     pub dead_letters: u64,
     pub auto_disable: AutoDisableView,
+    /// The master key id the subscription's secret is sealed under, when the process serving
+    /// this cannot open it: every attempt fails `secret_unavailable` until the key is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_missing: Option<String>,
 }
 
 #[cfg(test)]

@@ -35,6 +35,12 @@ pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
         let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
         let hub = HubConfig::load(None)?;
         let (control, verifier) = config.build(data_dir).await?;
+        let known = crate::delivery::follow::Subscriptions::default();
+        known
+            .catch_up(&*control.store)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading subscriptions: {e}"))?;
+        known.report_missing_keys(&control.keyring);
         match hub.store {
             StoreKind::Cql => attach_engine_store(&control, &hub).await?,
             StoreKind::Embedded => tracing::info!(
@@ -81,6 +87,7 @@ async fn attach_engine_store(control: &Control, hub: &HubConfig) -> anyhow::Resu
         store: store.clone(),
         control: control.store.clone(),
         autodisable: crate::delivery::start::autodisable_policy(hub),
+        keyring: control.keyring.clone(),
         relay: Some(cql),
     }));
     let kafka = match &hub.kafka_brokers {

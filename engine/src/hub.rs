@@ -126,6 +126,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             store: store.clone(),
             control: control_service.store.clone(),
             autodisable: delivery.autodisable(),
+            keyring: control_service.keyring.clone(),
             relay: None,
         }));
     let http = Arc::new(HttpIngest {

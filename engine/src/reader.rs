@@ -31,6 +31,8 @@ pub struct StoreReader {
     pub control: Arc<dyn ControlStore>,
     /// The policy health reports `would_disable` against.
     pub autodisable: Policy,
+    /// The master keys: health says when a subscription's secret is sealed under one not held.
+    pub keyring: Arc<hub_core::secrets::Keyring>,
     /// On CQL in a process without lanes (a control process): where engines relay the outcomes
     /// of watched subscriptions.
     pub relay: Option<Arc<CqlStore>>,
@@ -232,6 +234,7 @@ impl DeliveryReader for StoreReader {
                 streak_last_failure_at: stats.streak.last_failure_ms.map(rfc3339),
                 disabled_reason: sub.marks.disabled_reason.clone(),
             },
+            secret_key_missing: hub_core::sink::missing_key(&self.keyring, sub).map(str::to_owned),
         })
     }
 }

@@ -115,6 +115,8 @@ pub struct DeliveryHealthNode {
     pub auto_disable_enabled: bool,
     pub would_disable: bool,
     pub disabled_reason: Option<String>,
+    /// The master key the secret is sealed under, when this process cannot open it.
+    pub secret_key_missing: Option<String>,
 }
 
 fn health(h: HealthView) -> DeliveryHealthNode {
@@ -129,6 +131,7 @@ fn health(h: HealthView) -> DeliveryHealthNode {
         auto_disable_enabled: h.auto_disable.enabled,
         would_disable: h.auto_disable.would_disable,
         disabled_reason: h.auto_disable.disabled_reason,
+        secret_key_missing: h.secret_key_missing,
     }
 }
 

@@ -55,6 +55,7 @@ fn delivery_health(h: HealthView) -> DeliveryHealth {
             streak_last_failure_at: auto.streak_last_failure_at,
             disabled_reason: auto.disabled_reason,
         }),
+        secret_key_missing: h.secret_key_missing,
     }
 }
 

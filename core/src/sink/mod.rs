@@ -225,6 +225,15 @@ fn webhook_timeout(sub: &Subscription) -> Duration {
     ))
 }
 
+/// The master key id `sub`'s secret or credential is sealed under, when `keyring` does not hold
+/// it: a process deployed without the key material the others use (R-SEC-1).
+pub fn missing_key<'s>(keyring: &Keyring, sub: &'s Subscription) -> Option<&'s str> {
+    sub.secret
+        .as_ref()
+        .map(|s| s.key_id.as_str())
+        .filter(|k| !keyring.holds(k))
+}
+
 /// Opens the subscription's sealed secret: the signing keys of `now_ms` for a webhook (both
 /// during a rotation overlap), the credential for a queue kind.
 pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Material, Outcome> {
@@ -235,6 +244,15 @@ pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Materi
             _ => "the subscription has no credential yet (PUT …/credential)",
         })
     })?;
+    if let Some(key_id) = missing_key(keyring, sub) {
+        return Err(Outcome::refused(
+            ErrorClass::SecretUnavailable,
+            format!(
+                "sealed under master key {key_id:?}, which this process does not hold \
+                 (STREAMING_HUB_MASTER_KEYS)"
+            ),
+        ));
+    }
     let secret = keyring
         .open(sealed, &binding(sub))
         .map_err(|_| unavailable("the secret could not be opened"))?;

@@ -92,6 +92,28 @@ impl Subscriptions {
     }
 }
 
+impl Subscriptions {
+    /// Says, once, how many live subscriptions are sealed under master keys `keyring` lacks
+    /// (a process deployed without the key material the others use): their attempts and probes
+    /// would each fail `secret_unavailable`, and health names the key (R-SEC-1).
+    pub fn report_missing_keys(&self, keyring: &hub_core::secrets::Keyring) {
+        let mut missing: std::collections::BTreeMap<String, usize> = Default::default();
+        for sub in self.all().iter().filter(|s| !s.deleted) {
+            if let Some(k) = hub_core::sink::missing_key(keyring, sub) {
+                *missing.entry(k.to_owned()).or_default() += 1;
+            }
+        }
+        for (key_id, n) in missing {
+            tracing::error!(
+                key_id,
+                subscriptions = n,
+                "subscriptions are sealed under a master key this process does not hold: add it \
+                 to STREAMING_HUB_MASTER_KEYS (their deliveries and probes fail until then)"
+            );
+        }
+    }
+}
+
 /// The control plane's hook into this engine's index when both run in one process (the
 /// standalone hub): a control-plane write answers only once the index has it.
 #[derive(Debug)]

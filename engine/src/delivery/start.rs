@@ -71,6 +71,7 @@ impl Delivery {
         tokio
             .block_on(subs.catch_up(&*control.store))
             .map_err(|e| anyhow::anyhow!("loading subscriptions: {e}"))?;
+        subs.report_missing_keys(&control.keyring);
         let pushed = Arc::new(tokio::sync::Notify::new());
         tokio.spawn(follow(
             subs.clone(),

@@ -10,6 +10,7 @@ mod graphql_live;
 mod hubctl;
 mod ingest_http;
 mod ingest_kafka;
+mod keys;
 mod partners;
 mod pull;
 mod pull_grpc;

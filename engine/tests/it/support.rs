@@ -129,6 +129,11 @@ impl Engine {
         wait_ready(&self.http, "the engine").await;
     }
 
+    /// What the engine has logged so far (every engine started on its data directory).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill_9(mut self) {
         self.child.kill().expect("kill -9");
