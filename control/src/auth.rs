@@ -98,6 +98,9 @@ const LEEWAY_S: u64 = 30;
 pub struct TokenVerifier {
     keys: Keys,
     validation: Validation,
+    /// Told when a token names a `kid` the key set lacks: the key set's refresher re-reads it
+    /// at once (rate-limited), so a key Access Manager just added is in use for the retry.
+    unknown_kid: Arc<tokio::sync::Notify>,
 }
 
 /// A single key, or a key set by `kid` that can be replaced while the hub runs (JWKS refresh).
@@ -152,7 +155,16 @@ impl TokenVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = LEEWAY_S;
-        Ok(Self { keys, validation })
+        Ok(Self {
+            keys,
+            validation,
+            unknown_kid: Arc::default(),
+        })
+    }
+
+    /// Resolves when a token named a `kid` the key set lacks (for the refresher).
+    pub async fn unknown_kid_seen(&self) {
+        self.unknown_kid.notified().await;
     }
 
     /// Replaces the key set with a newly read JWKS document. A malformed one changes nothing
@@ -181,7 +193,12 @@ impl TokenVerifier {
                 set.read()
                     .ok()
                     .and_then(|s| s.get(&kid).cloned())
-                    .ok_or_else(|| ApiError::unauthorized("invalid token: unknown key id"))
+                    .ok_or_else(|| {
+                        self.unknown_kid.notify_one();
+                        ApiError::unauthorized(
+                            "invalid token: unknown key id (the key set is re-read: retry)",
+                        )
+                    })
             }
         }
     }

@@ -75,6 +75,9 @@ pub struct ControlConfig {
     pub partners_refresh_ms: u64,
 }
 
+/// The shortest time between two key-set reads prompted by unknown `kid`s.
+const UNKNOWN_KID_REFETCH_EVERY: Duration = Duration::from_secs(10);
+
 /// Where Lerian publishes the delegated-grant template, unless the operator hosts their own.
 pub const DEFAULT_GRANT_TEMPLATE_URL: &str =
     "https://lerian-streaming-hub.s3.amazonaws.com/delegated-grant/v1.yaml";
@@ -182,8 +185,20 @@ impl ControlConfig {
         let refreshed = verifier.clone();
         let every = Duration::from_millis(self.jwks_refresh_ms.max(1000));
         tokio::spawn(async move {
+            let mut last_asked = tokio::time::Instant::now()
+                .checked_sub(UNKNOWN_KID_REFETCH_EVERY)
+                .unwrap_or_else(tokio::time::Instant::now);
             loop {
-                tokio::time::sleep(every).await;
+                // Every `every`, and at once when a token names an unknown `kid` (at most every
+                // ten seconds: tokens with made-up kids must not hammer Access Manager).
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    () = refreshed.unknown_kid_seen() => {
+                        let wait = UNKNOWN_KID_REFETCH_EVERY.saturating_sub(last_asked.elapsed());
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                last_asked = tokio::time::Instant::now();
                 let outcome = match fetch_jwks(&source).await {
                     Ok(doc) => refreshed.refresh_jwks(&doc),
                     Err(e) => Err(e),
@@ -349,5 +364,69 @@ async fn fetch_jwks(source: &str) -> anyhow::Result<Vec<u8>> {
     } else {
         let path = source.to_owned();
         Ok(tokio::task::spawn_blocking(move || std::fs::read(path)).await??)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+
+    fn jwks(keys: &[(&str, &str)]) -> String {
+        let keys: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|(kid, n)| {
+                serde_json::json!({"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
+                    "n": n.trim(), "e": "AQAB"})
+            })
+            .collect();
+        serde_json::json!({ "keys": keys }).to_string()
+    }
+
+    /// R-CP-1 (issue 15): a token signed with a key Access Manager has just added (a `kid` the
+    /// hub's copy of the key set lacks) makes the hub re-read the set at once, not at the next
+    /// five-minute refresh: the retry is accepted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_cp_1_an_unknown_kid_makes_the_key_set_be_read_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("jwks.json");
+        let (n1, k2, n2) = (
+            include_str!("../testdata/rsa-k1.n"),
+            include_str!("../testdata/rsa-k2.pem"),
+            include_str!("../testdata/rsa-k2.n"),
+        );
+        std::fs::write(&file, jwks(&[("k1", n1)])).expect("write");
+        let path = file.display().to_string();
+        let config = ControlConfig::from_env(|k| match k {
+            "STREAMING_HUB_JWKS" => Some(path.clone()),
+            "STREAMING_HUB_JWT_ISSUER" => Some("am".into()),
+            "STREAMING_HUB_JWT_AUDIENCE" => Some("hub".into()),
+            _ => None,
+        })
+        .expect("config");
+        let verifier = config.token_verifier(dir.path()).await.expect("verifier");
+        let now = u64::try_from(now_ms() / 1000).expect("now");
+        let claims = serde_json::json!({"sub": "u", "iss": "am", "aud": "hub", "exp": now + 600,
+            "tenant_id": "t-1"});
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("k2".into());
+        let key = EncodingKey::from_rsa_pem(k2.as_bytes()).expect("key");
+        let token = format!("Bearer {}", encode(&header, &claims, &key).expect("sign"));
+        let refused = verifier
+            .verify(Some(&token))
+            .expect_err("k2 is not in the set yet");
+        assert_eq!(refused.status(), 401);
+
+        // Access Manager publishes k2; the refused token has already asked for a re-read.
+        std::fs::write(&file, jwks(&[("k1", n1), ("k2", n2)])).expect("write");
+        let mut accepted = false;
+        for _ in 0..50 {
+            if verifier.verify(Some(&token)).is_ok() {
+                accepted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(accepted, "the key set was read again within five seconds");
     }
 }
