@@ -305,7 +305,7 @@ pub fn mint_hs256_for(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const SECRET: &[u8] = b"test-secret-test-secret-test-secret";
@@ -410,7 +410,8 @@ mod tests {
         }
     }
 
-    fn jwks(keys: &[(&str, &str)]) -> Vec<u8> {
+    /// A JWKS document of RS256 keys `(kid, modulus)`.
+    pub(crate) fn jwks(keys: &[(&str, &str)]) -> Vec<u8> {
         let keys: Vec<serde_json::Value> = keys
             .iter()
             .map(|(kid, n)| {

@@ -370,18 +370,8 @@ async fn fetch_jwks(source: &str) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::tests::jwks;
     use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
-
-    fn jwks(keys: &[(&str, &str)]) -> String {
-        let keys: Vec<serde_json::Value> = keys
-            .iter()
-            .map(|(kid, n)| {
-                serde_json::json!({"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
-                    "n": n.trim(), "e": "AQAB"})
-            })
-            .collect();
-        serde_json::json!({ "keys": keys }).to_string()
-    }
 
     /// R-CP-1 (issue 15): a token signed with a key Access Manager has just added (a `kid` the
     /// hub's copy of the key set lacks) makes the hub re-read the set at once, not at the next
