@@ -351,6 +351,40 @@ pub fn log_filter() -> tracing_subscriber::EnvFilter {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"))
 }
 
+/// Where a process logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTo {
+    Stdout,
+    Stderr,
+}
+
+/// Starts the process's logging: `STREAMING_HUB_LOG` is the filter, `STREAMING_HUB_LOG_FORMAT`
+/// `json` (one JSON object a line, with the span fields: what a log collector reads) or `text`
+/// (the default; coloured only on a terminal). An unknown format is refused at start.
+pub fn init_logs(to: LogTo) -> anyhow::Result<()> {
+    let format = std::env::var("STREAMING_HUB_LOG_FORMAT").unwrap_or_else(|_| "text".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(log_filter());
+    let terminal = match to {
+        LogTo::Stdout => std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        LogTo::Stderr => std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let installed = match (format.as_str(), to) {
+        ("json", LogTo::Stdout) => builder.json().with_current_span(true).try_init(),
+        ("json", LogTo::Stderr) => builder
+            .json()
+            .with_current_span(true)
+            .with_writer(std::io::stderr)
+            .try_init(),
+        ("text", LogTo::Stdout) => builder.with_ansi(terminal).try_init(),
+        ("text", LogTo::Stderr) => builder
+            .with_ansi(terminal)
+            .with_writer(std::io::stderr)
+            .try_init(),
+        (other, _) => anyhow::bail!("STREAMING_HUB_LOG_FORMAT is json or text, not {other:?}"),
+    };
+    installed.map_err(|e| anyhow::anyhow!("starting the logs: {e}"))
+}
+
 /// A JWKS document from a file or an `http(s)://` URL (10 s limit).
 async fn fetch_jwks(source: &str) -> anyhow::Result<Vec<u8>> {
     if source.starts_with("http://") || source.starts_with("https://") {

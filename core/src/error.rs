@@ -67,6 +67,8 @@ error_codes! {
     Unauthorized = "unauthorized", 401, Unauthenticated;
     /// The token is valid but lacks the permission the operation needs.
     Forbidden = "forbidden", 403, PermissionDenied;
+    /// `POST /ingest/hub`: the hub's own source, which producers may not write (R-SEC-4).
+    SourceReserved = "source_reserved", 403, PermissionDenied;
     /// A partner's call through the gateway relay, refused: no relay is configured, or the
     /// operation is not one relayed for partners (R-CP-17).
     DelegatedRelayRefused = "delegated_relay_refused", 403, PermissionDenied;

@@ -26,6 +26,8 @@ pub struct ApiState {
     /// Every shard's counters plus HTTP ingest's, summed on scrape.
     pub counters: Vec<Arc<VerdictCounters>>,
     pub delivery: Arc<crate::delivery::lane::DeliveryCounters>,
+    /// What `/ready`, `/health` and `hub_component_up` report (R-OP-4).
+    pub readiness: crate::readiness::Readiness,
 }
 
 impl ApiState {
@@ -57,8 +59,8 @@ pub fn router(api: Arc<ApiState>, http: Arc<HttpIngest>, operators: Arc<TokenVer
         .with_state(api.clone());
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/health", get(|| async { "ok" }))
-        .route("/ready", get(|| async { "ready" }))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
         .with_state(api)
         .merge(admin_routes)
         .merge(ingest_routes)
@@ -86,6 +88,34 @@ async fn require_admin(
     }
 }
 
+/// Every component, its state and last error; 200 whatever they say (the process answers).
+async fn health(State(api): State<Arc<ApiState>>) -> Json<serde_json::Value> {
+    let components = api.readiness.check().await;
+    let up = components.iter().all(crate::readiness::Component::is_up);
+    Json(json!({
+        "status": if up { "ok" } else { "degraded" },
+        "components": components,
+    }))
+}
+
+/// 200 while every component is up; 503 naming the ones that are not.
+async fn ready(State(api): State<Arc<ApiState>>) -> (StatusCode, Json<serde_json::Value>) {
+    let down: Vec<&'static str> = api
+        .readiness
+        .check()
+        .await
+        .iter()
+        .filter(|c| !c.is_up())
+        .map(|c| c.name)
+        .collect();
+    if down.is_empty() {
+        (StatusCode::OK, Json(json!({ "ready": true })))
+    } else {
+        let body = json!({ "ready": false, "down": down });
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+    }
+}
+
 async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     let mut out = crate::telemetry::render_ingest(&api.snapshot());
     out.push_str(&crate::telemetry::render_store_timings(
@@ -96,6 +126,9 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     if let Ok(pending) = api.store.pending_jobs().await {
         out.push_str(&crate::telemetry::render_pending(pending));
     }
+    out.push_str(&crate::telemetry::render_components(
+        &api.readiness.check().await,
+    ));
     out
 }
 

@@ -16,6 +16,7 @@ use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
+use crate::readiness::{ComponentState, Readiness};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
 use crate::store::cql::{CqlSettings, CqlStore};
 use crate::store::embedded::EmbeddedStore;
@@ -115,10 +116,25 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         ));
     }
     let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
+    let shards_done = Arc::new(AtomicBool::new(false));
+    let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let kafka_state = config
+        .kafka_brokers
+        .as_ref()
+        .map(|_| Arc::new(ComponentState::default()));
     let api = Arc::new(ApiState {
         store: store.clone(),
         counters: all_counters,
         delivery: delivery.counters.clone(),
+        readiness: Readiness {
+            store: store.clone(),
+            store_state: ComponentState::default(),
+            kafka: kafka_state.clone(),
+            subscriptions: delivery.routing.as_ref().map(|r| r.subs.clone()),
+            shards,
+            shards_started: shards_started.clone(),
+            shards_done: shards_done.clone(),
+        },
     });
     let _ = control_service
         .reader
@@ -185,7 +201,6 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         .unzip();
     let (commit_tx, commit_rx) = mpsc::channel();
     let kafka_on = config.kafka_brokers.is_some();
-    let shards_done = Arc::new(AtomicBool::new(false));
     let mut threads = vec![start_shards(
         &config,
         ShardWork {
@@ -199,7 +214,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             lanes: delivery.lanes(&store, &bridge),
         },
         shards,
-        shards_done.clone(),
+        (shards_started, shards_done.clone()),
     )?];
     if let Some(brokers) = &config.kafka_brokers {
         let settings = KafkaSettings {
@@ -217,7 +232,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             bridge,
             record_senders,
             commit_rx,
-            shards_done,
+            (shards_done, kafka_state.unwrap_or_default()),
             stop.clone(),
         )?);
     } else {
@@ -283,7 +298,7 @@ fn start_shards(
     config: &HubConfig,
     work: ShardWork,
     shards: usize,
-    shards_done: Arc<AtomicBool>,
+    (shards_started, shards_done): (Arc<std::sync::atomic::AtomicUsize>, Arc<AtomicBool>),
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let max_batch = config.max_batch;
     Ok(std::thread::Builder::new()
@@ -328,7 +343,9 @@ fn start_shards(
                         observer: Some(observer.clone()),
                         routing: lane.as_ref().map(|l| l.routing.clone()),
                     };
+                    let started = shards_started.clone();
                     async move {
+                        started.fetch_add(1, Ordering::AcqRel);
                         let ingest = async {
                             if let Some(rx) = rx {
                                 ingest.run(rx).await;
@@ -357,7 +374,7 @@ fn start_kafka(
     bridge: TokioBridge,
     senders: Vec<async_channel::Sender<RecordIn>>,
     commit_rx: mpsc::Receiver<crate::ingest::kafka::Commit>,
-    shards_done: Arc<AtomicBool>,
+    (shards_done, kafka_state): (Arc<AtomicBool>, Arc<ComponentState>),
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     let drain = settings.drain;
@@ -374,6 +391,7 @@ fn start_kafka(
                     commit_rx,
                     stop,
                     shards_done,
+                    kafka_state,
                     drain,
                 ) {
                     tracing::error!(error = %e, "kafka ingest consumer failed");

@@ -19,6 +19,7 @@ pub mod delivery;
 pub mod hub;
 pub mod ingest;
 pub mod reader;
+pub mod readiness;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

@@ -156,6 +156,23 @@ pub fn render_pending(pending: u64) -> String {
     )
 }
 
+/// Whether each component of readiness answered (R-OP-4): 1 up, 0 down.
+pub const COMPONENT_UP: &str = "streaming_hub_component_up";
+
+pub fn render_components(components: &[crate::readiness::Component]) -> String {
+    let mut out = format!(
+        "# HELP {COMPONENT_UP} Whether a component of readiness is up (1) or down (0).\n# TYPE {COMPONENT_UP} gauge\n"
+    );
+    for c in components {
+        out.push_str(&format!(
+            "{COMPONENT_UP}{{component=\"{}\"}} {}\n",
+            c.name,
+            u8::from(c.is_up())
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

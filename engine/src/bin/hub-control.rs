@@ -52,12 +52,7 @@ enum Command {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colours for a terminal only: a log file or collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(hub_control::config::log_filter())
-        .init();
+    hub_control::config::init_logs(hub_control::config::LogTo::Stderr)?;
     let cli = Cli::parse();
     let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
     match cli.command {

@@ -7,11 +7,7 @@ use hub_engine::config::HubConfig;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        // Colours for a terminal only: a log file or collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_env_filter(hub_control::config::log_filter())
-        .init();
+    hub_control::config::init_logs(hub_control::config::LogTo::Stdout)?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let file = match args.as_slice() {
         [] => None,

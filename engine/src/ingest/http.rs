@@ -29,6 +29,12 @@ pub struct HttpIngest {
     pub routing: Option<JobRouting>,
 }
 
+/// The source only the hub writes: its own events (`destination.verified`, …), which tenants
+/// trust as the hub's. A producer posting as `hub` is refused before anything is judged or
+/// stored. (On Kafka, `lerian.streaming.hub` is protected by the broker's ACLs: only the hub's
+/// principal may write it — an operator setting, see README "Operating".)
+pub const RESERVED_SOURCE: &str = "hub";
+
 /// `POST /ingest/{source}`.
 pub async fn ingest(
     State(state): State<Arc<HttpIngest>>,
@@ -36,6 +42,13 @@ pub async fn ingest(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, Json<serde_json::Value>) {
+    if source.eq_ignore_ascii_case(RESERVED_SOURCE) {
+        return ApiError::new(
+            ErrorCode::SourceReserved,
+            "the source \"hub\" is the hub's own; producers cannot write it",
+        )
+        .as_reply();
+    }
     let record = RecordIn {
         topic: format!("http:{source}"),
         partition: 0,

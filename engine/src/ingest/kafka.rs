@@ -125,6 +125,7 @@ pub fn run_ingest_consumer(
     commits: mpsc::Receiver<Commit>,
     stop: Arc<AtomicBool>,
     shards_done: Arc<AtomicBool>,
+    health: Arc<crate::readiness::ComponentState>,
     drain: Duration,
 ) -> anyhow::Result<()> {
     consumer.subscribe(&[INGEST_TOPICS])?;
@@ -135,7 +136,12 @@ pub fn run_ingest_consumer(
     };
     let mut committer = Committer::new(&consumer, commits);
     let mut last_sweep = Instant::now();
+    let mut last_check: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
+        if last_check.is_none_or(|t| t.elapsed() >= BROKER_CHECK_EVERY) {
+            check_broker(&consumer, &health);
+            last_check = Some(Instant::now());
+        }
         committer.commit(CommitMode::Async);
         router.retry_waiting();
         let timeout = if router.waiting.is_empty() { 100 } else { 5 };
@@ -160,6 +166,20 @@ pub fn run_ingest_consumer(
     }
     committer.commit(CommitMode::Sync);
     Ok(())
+}
+
+/// How often the consumer thread asks the brokers for metadata (readiness, R-OP-4).
+const BROKER_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether the brokers answer a metadata request within a second (a down broker costs the poll
+/// loop that second every `BROKER_CHECK_EVERY`, while nothing can be fetched anyway).
+fn check_broker(consumer: &HubConsumer, health: &crate::readiness::ComponentState) {
+    let now = crate::clock::now_ms();
+    match consumer.fetch_metadata(None, Duration::from_secs(1)) {
+        Ok(m) if !m.brokers().is_empty() => health.ok(now),
+        Ok(_) => health.failed("the cluster named no broker", now),
+        Err(e) => health.failed(&e.to_string(), now),
+    }
 }
 
 /// How often reported positions are committed. Shards report after every durable batch, which

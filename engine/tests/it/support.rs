@@ -106,18 +106,17 @@ impl Engine {
             .open(&log)
             .expect("engine log file");
         cmd.stdout(file);
-        cmd.envs(env.iter().copied());
-        let child = cmd
-            .env("STREAMING_HUB_DATA_DIR", data_dir)
+        cmd.env("STREAMING_HUB_DATA_DIR", data_dir)
             .env("STREAMING_HUB_HTTP_ADDR", format!("127.0.0.1:{port}"))
             .env("STREAMING_HUB_KAFKA_BROKERS", KAFKA)
             .env("STREAMING_HUB_KAFKA_GROUP", group)
             .env("STREAMING_HUB_KAFKA_METADATA_REFRESH_MS", "1000")
             .env("STREAMING_HUB_MAX_VALUE_BYTES", "65536")
             // The broker's minimum: a killed engine's partitions move on after 6 s, not 45.
-            .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000")
-            .spawn()
-            .expect("engine binary starts");
+            .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000");
+        // The test's own settings last: they may override the ones above.
+        cmd.envs(env.iter().copied());
+        let child = cmd.spawn().expect("engine binary starts");
         Engine {
             child,
             http: format!("http://127.0.0.1:{port}"),
