@@ -245,6 +245,11 @@ impl Subscription {
 
 /// Reads a JSON object body: a syntax error is 400, anything not an object 422.
 pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if let Ok(Some(key)) = crate::json::repeated_key(body) {
+        return Err(ApiError::bad_request(format!(
+            "the key {key:?} appears twice in one object"
+        )));
+    }
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::invalid("the body must be a JSON object")),
@@ -267,12 +272,79 @@ fn whole(v: &Value, what: &str, max: u64) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::invalid(format!("{what} must be a whole number from 0 to {max}")))
 }
 
+/// Characters a name may not hold: controls (NUL, newlines, escapes) and the bidirectional
+/// formatting marks that make text display other than it reads (CVE-2021-42574's trick).
+fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
 fn name(m: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     match string(m, "name")? {
         Some(n) if n.trim().is_empty() => Err(ApiError::invalid("name must not be empty")),
+        Some(n) if n.chars().any(unprintable) => Err(ApiError::invalid(
+            "name must not hold control characters or bidirectional formatting marks",
+        )),
         Some(n) if n.chars().count() > MAX_NAME => Err(ApiError::invalid(format!(
             "name is longer than {MAX_NAME} characters"
         ))),
+        other => Ok(other),
+    }
+}
+
+/// Whether `s` is a `<source>` as topics name it (`lerian.streaming.<source>`, R-IN-1): a lower-case
+/// letter or digit, then lower-case letters, digits, `_` and `-`, short enough for the topic name
+/// to fit Kafka's 249 characters.
+pub fn is_source(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    s.len() <= MAX_SOURCE
+        && matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
+}
+
+/// The longest `<source>`: Kafka topic names stop at 249 characters, and `lerian.streaming.`
+/// plus `.dlq` take 21 of them.
+pub const MAX_SOURCE: usize = 249 - "lerian.streaming.".len() - ".dlq".len();
+
+/// `origin`: a producer's source (R-CP-2), so it can ever match.
+fn origin(m: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    match string(m, "origin")? {
+        Some(o) if !is_source(&o) => Err(ApiError::invalid(format!(
+            "origin is a producer's source: lower-case letters, digits, '_' and '-', at most {MAX_SOURCE}"
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// The plan tiers and the weight each gives a tenant in the delivery rotation (R-DI-2, R-DI-3:
+/// `[decided]` `plan_tier` sets a tenant's weight). A subscription without one weighs 1.
+pub const PLAN_TIERS: &[(&str, u32)] = &[
+    ("basic", 1),
+    ("standard", 2),
+    ("premium", 4),
+    ("enterprise", 8),
+];
+
+/// The rotation weight of `plan_tier`.
+pub fn tier_weight(plan_tier: Option<&str>) -> u32 {
+    PLAN_TIERS
+        .iter()
+        .find(|(t, _)| Some(*t) == plan_tier)
+        .map_or(1, |(_, w)| *w)
+}
+
+fn plan_tier(m: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    match string(m, "plan_tier")? {
+        Some(t) if !PLAN_TIERS.iter().any(|(known, _)| *known == t) => {
+            let known: Vec<&str> = PLAN_TIERS.iter().map(|(t, _)| *t).collect();
+            Err(ApiError::invalid(format!(
+                "plan_tier is one of {}",
+                known.join(", ")
+            )))
+        }
         other => Ok(other),
     }
 }
@@ -460,13 +532,13 @@ pub fn validate_create(m: &Map<String, Value>) -> Result<NewSubscription, ApiErr
             .transpose()?
             .unwrap_or(1),
         event_majors,
-        origin: string(m, "origin")?,
+        origin: origin(m)?,
         timeout_ms: m
             .get("timeout_ms")
             .map(|v| timeout_ms(v, sink_kind, false))
             .transpose()?
             .flatten(),
-        plan_tier: string(m, "plan_tier")?,
+        plan_tier: plan_tier(m)?,
         retry_schedule: m.get("retry_schedule").map(retry_schedule).transpose()?,
     })
 }
@@ -599,6 +671,14 @@ mod tests {
             json!({"name": "n", "sink_kind": "webhook", "retry_schedule": [1.5]}),
             json!({"name": "n", "sink_kind": "sqs", "credential": {"k": "v"}}),
             json!({"name": "n", "sink_kind": "rabbitmq", "sink_config": {}}),
+            // Names that hide what they are; origins no producer can have; unknown tiers.
+            json!({"name": "a\u{0}b", "sink_kind": "pull"}),
+            json!({"name": "line\nbreak", "sink_kind": "pull"}),
+            json!({"name": "abc\u{202E}txt.exe", "sink_kind": "pull"}),
+            json!({"name": "n", "sink_kind": "pull", "origin": "Lender"}),
+            json!({"name": "n", "sink_kind": "pull", "origin": "../x"}),
+            json!({"name": "n", "sink_kind": "pull", "origin": "a".repeat(MAX_SOURCE + 1)}),
+            json!({"name": "n", "sink_kind": "pull", "plan_tier": "gold"}),
         ] {
             assert_eq!(
                 code(validate_create(&obj(body.clone()))),
@@ -606,6 +686,19 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn r_cp_2_known_tiers_set_the_rotation_weight_and_origins_are_sources() {
+        let ok = validate_create(&obj(json!({"name": "n", "sink_kind": "pull",
+            "origin": "lender", "plan_tier": "premium"})))
+        .expect("valid");
+        assert_eq!(ok.plan_tier.as_deref(), Some("premium"));
+        assert_eq!(tier_weight(Some("enterprise")), 8);
+        assert_eq!(tier_weight(None), 1);
+        assert!(is_source(&"a".repeat(MAX_SOURCE)));
+        assert!(!is_source(&"a".repeat(MAX_SOURCE + 1)));
+        assert!(!is_source("") && !is_source("-x") && !is_source("a.b"));
     }
 
     #[test]

@@ -15,12 +15,7 @@ pub struct Due {
 
 /// How many jobs a tenant may take per visit.
 pub fn weight_of(plan_tier: Option<&str>) -> u32 {
-    match plan_tier {
-        Some("enterprise") => 8,
-        Some("premium") => 4,
-        Some("standard") => 2,
-        _ => 1,
-    }
+    hub_core::model::tier_weight(plan_tier)
 }
 
 /// How far into a tenant's queue a worker looks past jobs whose destination is at its cap.

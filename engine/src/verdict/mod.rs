@@ -188,11 +188,9 @@ fn validate<'a>(
     })
 }
 
-/// One source segment: `[a-z0-9][a-z0-9_-]*` (R-IN-1, R-IN-3).
+/// One source segment: `[a-z0-9][a-z0-9_-]*`, at most `MAX_SOURCE` long (R-IN-1, R-IN-3).
 pub fn is_segment(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
-        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
+    hub_core::model::is_source(s)
 }
 
 /// Splits `studio.lerian.<source>.<resourcetype>.<eventtype>` into its three variable parts.
