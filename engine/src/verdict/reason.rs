@@ -102,8 +102,12 @@ pub enum QuarantineReason {
     InvalidTime,
     /// `ce-schemaversion` has no leading integer (the schema major).
     InvalidSchemaVersion,
-    /// `ce-tenantid` is empty, blank, or carries control characters.
+    /// `ce-tenantid` is not a tenant id: 1 to 128 ASCII letters, digits, `-`, `_`, `.` or `:`,
+    /// beginning with a letter or digit (no paths, no control characters).
     InvalidTenant,
+    /// `ce-id` is a UUIDv7 whose time is not plausible: before 2020 or from 2100 on (a zero or
+    /// garbage timestamp, which would also sort wrongly wherever ids are ordered by time).
+    IdTimeImplausible,
 }
 
 impl QuarantineReason {
@@ -127,6 +131,7 @@ impl QuarantineReason {
             R::InvalidTime => "invalid_time",
             R::InvalidSchemaVersion => "invalid_schemaversion",
             R::InvalidTenant => "invalid_tenant",
+            R::IdTimeImplausible => "id_time_implausible",
         }
     }
 
@@ -148,7 +153,7 @@ impl QuarantineReason {
     }
 
     /// Every reason code, for metric registration (a counter exists even while zero).
-    pub const CODES: [&'static str; 16] = [
+    pub const CODES: [&'static str; 17] = [
         "oversized_value",
         "oversized_header",
         "non_utf8_header",
@@ -165,6 +170,7 @@ impl QuarantineReason {
         "invalid_time",
         "invalid_schemaversion",
         "invalid_tenant",
+        "id_time_implausible",
     ];
 
     /// Index of this reason's code in [`Self::CODES`].

@@ -145,6 +145,45 @@ fn r_in_4_missing_or_blank_tenant_is_quarantined_as_missing_tenant() {
 }
 
 #[test]
+fn r_in_3_tenant_ids_follow_their_grammar() {
+    let long = "t".repeat(129);
+    for bad in ["../x", "t 1", " t1", "-t", "t/1", long.as_str()] {
+        assert_eq!(
+            reason(&with(lerian(), "ce-tenantid", Some(bad.as_bytes()))),
+            Some(QuarantineReason::InvalidTenant),
+            "{bad}"
+        );
+    }
+    for good in [
+        "t-1",
+        "tenant_2",
+        "org.acme:prod",
+        "0192f5a4-6c1e-7b3a-9d2e-5f1a2b3c4d5e",
+    ] {
+        assert_eq!(
+            reason(&with(lerian(), "ce-tenantid", Some(good.as_bytes()))),
+            None,
+            "{good}"
+        );
+    }
+}
+
+#[test]
+fn r_in_3_a_uuidv7_with_an_implausible_time_is_quarantined() {
+    // Version 7 and the RFC variant, with a zero timestamp and one in the year 10889.
+    for id in [
+        "00000000-0000-7000-8000-000000000001",
+        "ffffffff-ffff-7000-8000-000000000001",
+    ] {
+        assert_eq!(
+            reason(&with(lerian(), "ce-id", Some(id.as_bytes()))),
+            Some(QuarantineReason::IdTimeImplausible),
+            "{id}"
+        );
+    }
+}
+
+#[test]
 fn r_in_3_bad_values_are_quarantined_with_their_reason() {
     use QuarantineReason as R;
     let cases: &[(&str, &[u8], R)] = &[
