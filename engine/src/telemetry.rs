@@ -4,7 +4,8 @@ use std::fmt::Write;
 
 use crate::verdict::{QuarantineReason, VerdictSnapshot};
 
-/// Records per verdict (`accepted`, `dropped_system`, `deduplicated`).
+/// Records per outcome of ingest, each record counted once: `stored` (accepted and new),
+/// `deduplicated` (accepted, already stored), `dropped_system`, `quarantined` (every reason).
 pub const INGEST_VERDICTS: &str = "streaming_hub_ingest_verdicts_total";
 /// Quarantined records per reason code.
 pub const INGEST_QUARANTINED: &str = "streaming_hub_ingest_quarantined_total";
@@ -54,9 +55,10 @@ pub fn render_ingest(s: &VerdictSnapshot) -> String {
     );
     let _ = writeln!(out, "# TYPE {INGEST_VERDICTS} counter");
     for (verdict, n) in [
-        ("accepted", s.accepted),
+        ("stored", s.accepted.saturating_sub(s.deduplicated)),
         ("deduplicated", s.deduplicated),
         ("dropped_system", s.dropped_system),
+        ("quarantined", s.quarantined.iter().sum()),
     ] {
         let _ = writeln!(out, "{INGEST_VERDICTS}{{verdict=\"{verdict}\"}} {n}");
     }

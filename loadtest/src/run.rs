@@ -383,9 +383,9 @@ fn checks(produced: &ProducedCounts, counters: &BTreeMap<String, u64>, durable: 
             durable,
         ),
         check(
-            "accepted (valid + re-sent duplicates)",
-            produced.valid + produced.duplicates,
-            get("streaming_hub_ingest_verdicts_total{verdict=\"accepted\"}"),
+            "stored (each valid event once)",
+            produced.valid,
+            get("streaming_hub_ingest_verdicts_total{verdict=\"stored\"}"),
         ),
         check(
             "deduplicated",

@@ -140,10 +140,10 @@ async fn fifty_thousand_mixed_records(backend: Backend) {
     let q =
         |reason: &str| m[&format!("streaming_hub_ingest_quarantined_total{{reason=\"{reason}\"}}")];
     eprintln!(
-        "[{}] {RECORDS} records: {unique} unique, {} duplicates, {} malformed, {} system; metrics accepted={} deduplicated={} dropped={}",
+        "[{}] {RECORDS} records: {unique} unique, {} duplicates, {} malformed, {} system; metrics stored={} deduplicated={} dropped={}",
         backend.label(),
         produced.duplicates, produced.malformed.len(), produced.system,
-        m["streaming_hub_ingest_verdicts_total{verdict=\"accepted\"}"],
+        m["streaming_hub_ingest_verdicts_total{verdict=\"stored\"}"],
         m["streaming_hub_ingest_verdicts_total{verdict=\"deduplicated\"}"],
         m["streaming_hub_ingest_verdicts_total{verdict=\"dropped_system\"}"],
     );
@@ -154,8 +154,12 @@ async fn fifty_thousand_mixed_records(backend: Backend) {
     // Exact counters: with no crash, every record was judged exactly once by this engine (and
     // this run's topic is the only ingest topic on the broker).
     assert_eq!(
-        m["streaming_hub_ingest_verdicts_total{verdict=\"accepted\"}"],
-        unique + produced.duplicates
+        m["streaming_hub_ingest_verdicts_total{verdict=\"stored\"}"],
+        unique
+    );
+    assert_eq!(
+        m["streaming_hub_ingest_verdicts_total{verdict=\"quarantined\"}"],
+        produced.malformed.len() as u64
     );
     assert_eq!(
         m["streaming_hub_ingest_verdicts_total{verdict=\"deduplicated\"}"],
