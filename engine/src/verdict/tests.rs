@@ -417,3 +417,18 @@ proptest! {
         }
     }
 }
+
+/// R-IN-5: the tenant is the validated `ce-tenantid` and nothing else — not another header
+/// that names a tenant, and no allow-list: a tenant never seen before is accepted as it is.
+#[test]
+fn r_in_5_the_tenant_comes_only_from_ce_tenantid_with_no_allow_list() {
+    let h = with(
+        with(lerian(), "ce-tenantid", Some(b"brand-new-tenant-42")),
+        "x-tenant-id",
+        Some(b"someone-else"),
+    );
+    let Verdict::Accept(ev) = judge_on("lender", &h, 10) else {
+        panic!("accepted")
+    };
+    assert_eq!(ev.tenant, "brand-new-tenant-42");
+}

@@ -5,6 +5,7 @@ mod aws;
 mod catalog;
 mod delivery;
 mod delivery_load;
+mod dlq;
 mod edit;
 mod graphql_live;
 mod hubctl;

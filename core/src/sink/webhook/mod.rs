@@ -241,3 +241,121 @@ fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
 fn short(text: &str) -> String {
     text.chars().take(256).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A one-shot HTTP server on loopback answering `response` to every request; answers its
+    /// address and how many requests it got.
+    async fn answering(response: Vec<u8>) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let response = response.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let _ = socket.read(&mut buf).await;
+                    let _ = socket.write_all(&response).await;
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        (addr, hits)
+    }
+
+    fn keys() -> Keys {
+        Keys {
+            current: SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+                .expect("key"),
+            previous: None,
+        }
+    }
+
+    fn attempt(endpoint: &str) -> Attempt<'_> {
+        Attempt {
+            endpoint,
+            event_id: Uuid::now_v7(),
+            event_key: "loan.approved",
+            source: "lender",
+            tenant: "t-1",
+            schema_version: "1.0.0",
+            content_type: None,
+            traceparent: None,
+            tracestate: None,
+            body: Bytes::from_static(b"{}"),
+            timeout: Duration::from_secs(5),
+            unix_s: 1_800_000_000,
+        }
+    }
+
+    fn loopback_allowed() -> WebhookClient {
+        let policy = DestinationPolicy {
+            allow: ["127.0.0.1".to_owned()].into_iter().collect(),
+        };
+        WebhookClient::new(Arc::new(policy)).expect("client")
+    }
+
+    #[tokio::test]
+    async fn r_di_13_a_redirect_is_a_failure_and_is_not_followed() {
+        let (target, followed) = answering(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()).await;
+        let redirect = format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://{target}/elsewhere\r\ncontent-length: 0\r\n\r\n"
+        );
+        let (addr, _) = answering(redirect.into_bytes()).await;
+        let endpoint = format!("http://{addr}/hook");
+        let outcome = loopback_allowed().send(&attempt(&endpoint), &keys()).await;
+        assert_eq!(
+            outcome.error_class,
+            Some(ErrorClass::Redirect),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            followed.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the Location is never requested"
+        );
+    }
+
+    #[tokio::test]
+    async fn r_di_13_a_2xx_is_success_and_a_large_body_is_read_only_up_to_the_cap() {
+        let body = vec![b'x'; 4 * 1024 * 1024];
+        let mut response =
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+        response.extend_from_slice(&body);
+        let (addr, _) = answering(response).await;
+        let endpoint = format!("http://{addr}/hook");
+        let outcome = loopback_allowed().send(&attempt(&endpoint), &keys()).await;
+        assert!(outcome.success, "{outcome:?}");
+        assert!(
+            outcome.detail.len() <= MAX_RESPONSE_BODY,
+            "the detail keeps a bounded prefix"
+        );
+    }
+
+    #[tokio::test]
+    async fn r_di_13_a_loopback_destination_is_refused_at_connect_without_the_allow_list() {
+        let (addr, hits) = answering(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()).await;
+        let client = WebhookClient::new(Arc::new(DestinationPolicy::default())).expect("client");
+        // A name, so the check that refuses it is the resolver's, at connect time.
+        let endpoint = format!("http://localhost:{}/hook", addr.port());
+        let outcome = client.send(&attempt(&endpoint), &keys()).await;
+        assert_eq!(
+            outcome.error_class,
+            Some(ErrorClass::DestinationNotAllowed),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "never connected"
+        );
+    }
+}
