@@ -27,7 +27,15 @@ pub struct Subscriptions {
     /// One catch-up at a time: the follower and, in one process, the control plane's writes
     /// (two at once could put an older copy of a subscription over a newer one).
     catching_up: tokio::sync::Mutex<()>,
+    /// Changes read in the last [`RECHECK`], read again on every catch-up: on CQL a change's log
+    /// entry is written just before the subscription's row, so a reader between the two finds
+    /// the old row under the new entry and would otherwise keep it until the next change.
+    recent: Mutex<Vec<(std::time::Instant, String, Uuid)>>,
 }
+
+/// How long a change's subscription is read again after its log entry was first read (far
+/// longer than the moment between a writer's log entry and its row).
+const RECHECK: Duration = Duration::from_secs(5);
 
 impl Subscriptions {
     /// The index to match with now (cheap: one `Arc` clone).
@@ -64,11 +72,9 @@ impl Subscriptions {
             };
             for c in &changes {
                 let current = store.get(&c.tenant, c.id).await?;
-                if let Ok(mut known) = self.known.lock() {
-                    match current {
-                        Some(s) => known.insert(c.id, Arc::new(s)),
-                        None => known.remove(&c.id),
-                    };
+                self.apply(c.id, current);
+                if let Ok(mut recent) = self.recent.lock() {
+                    recent.push((std::time::Instant::now(), c.tenant.clone(), c.id));
                 }
             }
             revision = last;
@@ -76,7 +82,8 @@ impl Subscriptions {
                 break;
             }
         }
-        if revision == start {
+        let refreshed = self.recheck_recent(store).await?;
+        if revision == start && !refreshed {
             return Ok(false);
         }
         let index = match self.known.lock() {
@@ -84,11 +91,50 @@ impl Subscriptions {
             Err(_) => return Ok(false),
         };
         if let Ok(mut current) = self.index.write() {
-            if current.revision < revision {
+            if current.revision <= revision {
                 *current = Arc::new(index);
             }
         }
         Ok(true)
+    }
+
+    /// Keeps `current` as the subscription `id` unless a newer copy is known (never an older
+    /// copy over a newer one); `None` (deleted for good) removes it.
+    fn apply(&self, id: Uuid, current: Option<Subscription>) -> bool {
+        let Ok(mut known) = self.known.lock() else {
+            return false;
+        };
+        match current {
+            Some(s) => {
+                if known.get(&id).is_some_and(|k| k.revision >= s.revision) {
+                    return false;
+                }
+                known.insert(id, Arc::new(s));
+            }
+            None => {
+                known.remove(&id);
+            }
+        }
+        true
+    }
+
+    /// Reads again the subscriptions of changes read in the last [`RECHECK`]; true when one was
+    /// newer than the copy kept.
+    async fn recheck_recent(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
+        let due: Vec<(String, Uuid)> = match self.recent.lock() {
+            Ok(mut recent) => {
+                recent.retain(|(at, _, _)| at.elapsed() < RECHECK);
+                recent.iter().map(|(_, t, id)| (t.clone(), *id)).collect()
+            }
+            Err(_) => return Ok(false),
+        };
+        let mut changed = false;
+        for (tenant, id) in due {
+            if let Some(s) = store.get(&tenant, id).await? {
+                changed |= self.apply(id, Some(s));
+            }
+        }
+        Ok(changed)
     }
 }
 
