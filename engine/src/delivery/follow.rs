@@ -121,7 +121,7 @@ impl Subscriptions {
     /// Reads again the subscriptions of changes read in the last [`RECHECK`]; true when one was
     /// newer than the copy kept.
     async fn recheck_recent(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
-        let due: Vec<(String, Uuid)> = match self.recent.lock() {
+        let due: std::collections::BTreeSet<(String, Uuid)> = match self.recent.lock() {
             Ok(mut recent) => {
                 recent.retain(|(at, _, _)| at.elapsed() < RECHECK);
                 recent.iter().map(|(_, t, id)| (t.clone(), *id)).collect()
@@ -252,6 +252,120 @@ mod tests {
         let mut s = subscription(tenant, name);
         s.verification_state = VerificationState::Active;
         s
+    }
+
+    /// A store whose next read of one subscription answers a stale copy: the moment on CQL when a
+    /// change's log entry is written and its row not yet (unit tests only).
+    #[derive(Debug)]
+    struct RowLagsLog {
+        inner: Arc<dyn ControlStore>,
+        /// Answered (last first) before the real row.
+        stale: Mutex<Vec<Subscription>>,
+    }
+
+    #[async_trait::async_trait]
+    impl ControlStore for RowLagsLog {
+        async fn create(&self, sub: &Subscription) -> Result<(), ControlStoreError> {
+            self.inner.create(sub).await
+        }
+        async fn get(&self, t: &str, id: Uuid) -> Result<Option<Subscription>, ControlStoreError> {
+            if let Some(stale) = self.stale.lock().ok().and_then(|mut s| s.pop()) {
+                return Ok(Some(stale));
+            }
+            self.inner.get(t, id).await
+        }
+        async fn list(
+            &self,
+            t: &str,
+            after: Option<Uuid>,
+            limit: usize,
+        ) -> Result<Vec<Subscription>, ControlStoreError> {
+            self.inner.list(t, after, limit).await
+        }
+        async fn replace(
+            &self,
+            sub: &Subscription,
+            expected: u64,
+        ) -> Result<(), ControlStoreError> {
+            self.inner.replace(sub, expected).await
+        }
+        async fn changes_since(
+            &self,
+            revision: u64,
+            limit: usize,
+        ) -> Result<Vec<hub_control::store::Change>, ControlStoreError> {
+            self.inner.changes_since(revision, limit).await
+        }
+        async fn idem_begin(
+            &self,
+            t: &str,
+            k: &str,
+            f: [u8; 32],
+            times: hub_control::store::IdemTimes,
+        ) -> Result<hub_control::store::IdemBegin, ControlStoreError> {
+            self.inner.idem_begin(t, k, f, times).await
+        }
+        async fn idem_finish(
+            &self,
+            t: &str,
+            k: &str,
+            f: [u8; 32],
+            r: hub_control::store::StoredResponse,
+            now_ms: i64,
+        ) -> Result<(), ControlStoreError> {
+            self.inner.idem_finish(t, k, f, r, now_ms).await
+        }
+        async fn idem_release(&self, t: &str, k: &str) -> Result<(), ControlStoreError> {
+            self.inner.idem_release(t, k).await
+        }
+        async fn idem_unrecorded(
+            &self,
+            t: &str,
+            k: &str,
+            now: i64,
+        ) -> Result<(), ControlStoreError> {
+            self.inner.idem_unrecorded(t, k, now).await
+        }
+    }
+
+    /// R-MA-3: a change read while its row still shows the old state (its log entry written
+    /// first) is read again on the next catch-up, so the index never keeps the old state.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_ma_3_a_row_written_after_its_log_entry_is_read_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inner: Arc<dyn ControlStore> =
+            Arc::new(EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open"));
+        let store = RowLagsLog {
+            inner: inner.clone(),
+            stale: Mutex::new(Vec::new()),
+        };
+        let subs = Subscriptions::default();
+        let pending = subscription("t1", "hook");
+        store.create(&pending).await.expect("create");
+        subs.catch_up(&store).await.expect("catch up");
+        let ev = EventFacts {
+            tenant: "t1",
+            key: "loan.approved",
+            source: "lender",
+            major: 1,
+        };
+        assert!(subs.index().matches(&ev).is_empty(), "pending: no match");
+
+        // Activated (a ping); the next two reads of its row still answer the pending copy (the
+        // catch-up's read of the change, and its own re-read).
+        let mut activated = pending.clone();
+        activated.verification_state = VerificationState::Active;
+        activated.revision = 2;
+        store.replace(&activated, 1).await.expect("replace");
+        *store.stale.lock().expect("lock") = vec![pending.clone(), pending.clone()];
+        subs.catch_up(&store).await.expect("catch up");
+        assert!(
+            subs.index().matches(&ev).is_empty(),
+            "the stale row was read"
+        );
+        // No new log entry, but the recent change is read again: the row has landed.
+        subs.catch_up(&store).await.expect("catch up");
+        assert_eq!(subs.index().matches(&ev), vec![pending.id]);
     }
 
     /// R-MA-3: changes reach the engine's index through the revision log, within one poll.
