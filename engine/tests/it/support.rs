@@ -195,18 +195,24 @@ impl Drop for Engine {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
-            eprintln!(
-                "--- the engine's log ({} lines, last {}):\n{}",
-                lines.len(),
-                tail.len(),
-                tail.join("\n")
-            );
-        }
+        show_log_on_panic(&self.log, "the engine");
     }
+}
+
+/// While a test panics, prints the last lines of a child process's log (`what` names it).
+pub fn show_log_on_panic(log: &std::path::Path, what: &str) {
+    if !std::thread::panicking() {
+        return;
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+    eprintln!(
+        "--- {what}'s log ({} lines, last {}):\n{}",
+        lines.len(),
+        tail.len(),
+        tail.join("\n")
+    );
 }
 
 /// Record headers as `(key, value)` pairs.

@@ -69,10 +69,7 @@ impl Drop for ControlProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            eprintln!("--- the control process's log:\n{text}");
-        }
+        show_log_on_panic(&self.log, "the control process");
     }
 }
 
