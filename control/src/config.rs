@@ -436,13 +436,14 @@ mod tests {
         header.kid = Some("k2".into());
         let key = EncodingKey::from_rsa_pem(k2.as_bytes()).expect("key");
         let token = format!("Bearer {}", encode(&header, &claims, &key).expect("sign"));
+        // Access Manager publishes k2 and signs with it; the hub's copy still lacks it, so the
+        // first such token is refused and asks for a re-read at once.
+        std::fs::write(&file, jwks(&[("k1", n1), ("k2", n2)])).expect("write");
         let refused = verifier
             .verify(Some(&token))
-            .expect_err("k2 is not in the set yet");
+            .expect_err("k2 is not in the hub's copy yet");
         assert_eq!(refused.status(), 401);
 
-        // Access Manager publishes k2; the refused token has already asked for a re-read.
-        std::fs::write(&file, jwks(&[("k1", n1), ("k2", n2)])).expect("write");
         let mut accepted = false;
         for _ in 0..50 {
             if verifier.verify(Some(&token)).is_ok() {
