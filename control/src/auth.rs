@@ -43,9 +43,30 @@ pub struct Principal {
     /// Set when the call is a partner's, relayed by the gateway (R-CP-17): the token's
     /// `partner_id` claim.
     pub partner: Option<String>,
+    /// The sources an `ingest` token may write over HTTP (R-SEC-4): the token's `sources`
+    /// claim; `*` names every source.
+    pub sources: Vec<String>,
 }
 
+/// The permission HTTP ingest requires (R-SEC-4), beside a `sources` claim naming the source.
+pub const INGEST_PERMISSION: &str = "ingest";
+
 impl Principal {
+    /// R-SEC-4: 403 unless the token has the `ingest` permission and names `source` (or `*`)
+    /// in its `sources` claim. Operator `admin` alone does not write events.
+    pub fn may_ingest(&self, source: &str) -> Result<(), ApiError> {
+        if !self.permissions.iter().any(|g| g == INGEST_PERMISSION) {
+            return Err(ApiError::forbidden("the token lacks the ingest permission"));
+        }
+        if self.sources.iter().any(|s| s == "*" || s == source) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "the token's sources do not include {source}"
+            )))
+        }
+    }
+
     /// 403 unless the token grants `p` (or operator `admin`).
     pub fn require(&self, p: Permission) -> Result<(), ApiError> {
         if self
@@ -80,6 +101,9 @@ pub struct Claims {
     /// A partner's call relayed by the gateway (R-CP-17).
     #[serde(default, alias = "partnerId", skip_serializing_if = "Option::is_none")]
     pub partner_id: Option<String>,
+    /// The sources an ingest token may write (R-SEC-4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
 }
 
 /// `aud`: one audience or several (RFC 7519 allows both).
@@ -227,6 +251,7 @@ impl TokenVerifier {
             tenant: c.tenant_id,
             permissions: c.permissions,
             partner: c.partner_id.filter(|p| !p.is_empty()),
+            sources: c.sources,
         })
     }
 }
@@ -287,6 +312,21 @@ pub fn mint_hs256_for(
     m: &Mint<'_>,
     partner: Option<&str>,
 ) -> anyhow::Result<String> {
+    mint_hs256_claims(secret, m, partner, &[])
+}
+
+/// Mints an HS256 producer token that may write `sources` over HTTP ingest (R-SEC-4; give it
+/// the `ingest` permission).
+pub fn mint_hs256_ingest(secret: &[u8], m: &Mint<'_>, sources: &[&str]) -> anyhow::Result<String> {
+    mint_hs256_claims(secret, m, None, sources)
+}
+
+fn mint_hs256_claims(
+    secret: &[u8],
+    m: &Mint<'_>,
+    partner: Option<&str>,
+    sources: &[&str],
+) -> anyhow::Result<String> {
     let claims = Claims {
         sub: m.subject.into(),
         iss: m.issuer.into(),
@@ -296,6 +336,7 @@ pub fn mint_hs256_for(
         tenant_id: m.tenant.into(),
         permissions: m.permissions.iter().map(|p| (*p).to_owned()).collect(),
         partner_id: partner.map(str::to_owned),
+        sources: sources.iter().map(|s| (*s).to_owned()).collect(),
     };
     Ok(encode(
         &Header::new(Algorithm::HS256),

@@ -36,6 +36,13 @@ fn is_hub_key(key: &str) -> bool {
     HUB_KEYS.contains(&key)
 }
 
+/// The most `(event key, origin)` pairs observed events may add (a producer's configured file
+/// is not limited): the catalog is every tenant's, so events under an invented tenant must not
+/// grow it without end (issue 16). Beyond it new keys are left out, and said once in the log.
+pub const OBSERVED_KEY_LIMIT: usize = 5_000;
+/// The most schema majors kept for one key.
+pub const MAJORS_PER_KEY_LIMIT: usize = 64;
+
 /// `(event key, origin)` → majors.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -44,6 +51,8 @@ pub struct Catalog {
     readable: bool,
     /// When keys recorded by engines in other processes were last merged in (Unix ms).
     synced_ms: std::sync::atomic::AtomicI64,
+    /// Whether reaching a limit has been logged.
+    full_logged: std::sync::atomic::AtomicBool,
 }
 
 impl Catalog {
@@ -65,9 +74,15 @@ impl Catalog {
                     readable: true,
                     ..Self::default()
                 };
-                for e in file.event {
-                    for m in e.majors {
-                        catalog.observe(&e.key, &e.origin, m);
+                if let Ok(mut entries) = catalog.entries.write() {
+                    for e in file.event {
+                        if e.origin == HUB_ORIGIN && is_hub_key(&e.key) {
+                            continue; // built in
+                        }
+                        entries
+                            .entry((e.key, e.origin))
+                            .or_default()
+                            .extend(e.majors);
                     }
                 }
                 catalog
@@ -84,10 +99,26 @@ impl Catalog {
         if origin == HUB_ORIGIN && is_hub_key(key) {
             return; // built in
         }
-        if let Ok(mut e) = self.entries.write() {
-            e.entry((key.to_owned(), origin.to_owned()))
-                .or_default()
-                .insert(major);
+        let Ok(mut entries) = self.entries.write() else {
+            return;
+        };
+        let pair = (key.to_owned(), origin.to_owned());
+        let fits = match entries.get(&pair) {
+            Some(majors) => majors.len() < MAJORS_PER_KEY_LIMIT,
+            None => entries.len() < OBSERVED_KEY_LIMIT,
+        };
+        if fits {
+            entries.entry(pair).or_default().insert(major);
+        } else if !self
+            .full_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                key,
+                origin,
+                limit = OBSERVED_KEY_LIMIT,
+                "the event catalog is full; newly observed keys are left out"
+            );
         }
     }
 
@@ -171,6 +202,30 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 16: events cannot grow the catalog without end (it is every tenant's); keys
+    /// already in it still gain majors, up to their own limit.
+    #[test]
+    fn r_cp_15_observed_keys_are_bounded() {
+        let c = Catalog::load(None);
+        for i in 0..OBSERVED_KEY_LIMIT + 10 {
+            c.observe(&format!("thing.made_{i}"), "lender", 1);
+        }
+        c.observe("thing.made_0", "lender", 2);
+        for m in 0..1000 {
+            c.observe("thing.made_1", "lender", m);
+        }
+        let entries = c.entries.read().expect("entries");
+        assert_eq!(entries.len(), OBSERVED_KEY_LIMIT);
+        assert!(
+            !entries.contains_key(&(format!("thing.made_{OBSERVED_KEY_LIMIT}"), "lender".into()))
+        );
+        assert_eq!(entries[&("thing.made_0".into(), "lender".into())].len(), 2);
+        assert_eq!(
+            entries[&("thing.made_1".into(), "lender".into())].len(),
+            MAJORS_PER_KEY_LIMIT
+        );
+    }
 
     #[test]
     fn r_cp_15_keys_are_checked_by_major_and_origin_and_unchecked_when_empty() {

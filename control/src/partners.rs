@@ -106,6 +106,7 @@ mod tests {
                 "subscriptions:delete".into(),
             ],
             partner: partner.map(str::to_owned),
+            sources: Vec::new(),
         }
     }
 

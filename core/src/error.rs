@@ -74,6 +74,9 @@ error_codes! {
     DelegatedRelayRefused = "delegated_relay_refused", 403, PermissionDenied;
     /// No subscription of this tenant has that id (another tenant's reads as absent, R-SEC-3).
     SubscriptionNotFound = "subscription_not_found", 404, NotFound;
+    /// `POST /ingest/<source>` on a hub whose HTTP ingest is off (R-SEC-4: the default when
+    /// Kafka is configured; `STREAMING_HUB_HTTP_INGEST=true` turns it on).
+    HttpIngestOff = "http_ingest_off", 404, NotFound;
     /// No such route.
     RouteNotFound = "route_not_found", 404, NotFound;
     /// The route exists, but not with this method.

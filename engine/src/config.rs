@@ -57,6 +57,9 @@ pub struct HubConfig {
     pub http_addr: SocketAddr,
     /// Kafka bootstrap servers; Kafka ingest is off when unset. Env `STREAMING_HUB_KAFKA_BROKERS`.
     pub kafka_brokers: Option<String>,
+    /// Whether `POST /ingest/<source>` is served (R-SEC-4; always behind an `ingest` token).
+    /// Env `STREAMING_HUB_HTTP_INGEST` (`true`/`false`). Default: on without Kafka, off with it.
+    pub http_ingest: Option<bool>,
     /// Consumer group id. Env `STREAMING_HUB_KAFKA_GROUP`. Default `streaming-hub`.
     pub kafka_group: String,
     /// Metadata refresh, which bounds how fast a new topic is picked up.
@@ -127,6 +130,7 @@ impl Default for HubConfig {
             data_dir: PathBuf::from(".hub-data"),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             kafka_brokers: None,
+            http_ingest: None,
             kafka_group: "streaming-hub".into(),
             kafka_metadata_refresh_ms: 10_000,
             kafka_session_timeout_ms: 45_000,
@@ -237,6 +241,9 @@ impl HubConfig {
         if let Some((_, v)) = env("KAFKA_BROKERS") {
             self.kafka_brokers = (!v.is_empty()).then_some(v);
         }
+        if let Some((k, v)) = env("HTTP_INGEST") {
+            self.http_ingest = Some(parse(&k, v)?);
+        }
         if let Some((_, v)) = env("KAFKA_GROUP") {
             self.kafka_group = v;
         }
@@ -295,6 +302,11 @@ impl HubConfig {
             self.control_url = (!v.is_empty()).then(|| v.trim_end_matches('/').to_owned());
         }
         Ok(())
+    }
+
+    /// Whether HTTP ingest is served: as set, else only when Kafka is not configured (R-SEC-4).
+    pub fn http_ingest_on(&self) -> bool {
+        self.http_ingest.unwrap_or(self.kafka_brokers.is_none())
     }
 
     /// The CQL contact points, trimmed, empty entries dropped.
@@ -381,5 +393,27 @@ mod tests {
         let err = toml::from_str::<HubConfig>("shards = 2\nshardz = 3\n")
             .expect_err("unknown key refused");
         assert!(err.to_string().contains("shardz"), "{err}");
+    }
+
+    #[test]
+    fn r_sec_4_http_ingest_is_on_alone_and_off_beside_kafka_unless_set() {
+        let mut c = HubConfig::default();
+        assert!(
+            c.http_ingest_on(),
+            "the standalone hub takes events over HTTP"
+        );
+        c.apply_env(|k| (k == "STREAMING_HUB_KAFKA_BROKERS").then(|| "127.0.0.1:9092".to_owned()))
+            .expect("env");
+        assert!(!c.http_ingest_on(), "beside Kafka, off by default");
+        c.apply_env(|k| (k == "STREAMING_HUB_HTTP_INGEST").then(|| "true".to_owned()))
+            .expect("env");
+        assert!(c.http_ingest_on(), "turned on");
+        let err = c
+            .apply_env(|k| (k == "STREAMING_HUB_HTTP_INGEST").then(|| "yes please".to_owned()))
+            .expect_err("not a boolean");
+        assert!(
+            err.to_string().contains("STREAMING_HUB_HTTP_INGEST"),
+            "{err}"
+        );
     }
 }

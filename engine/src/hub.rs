@@ -151,6 +151,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         limits,
         observer: Some(catalog.clone()),
         routing: delivery.routing.clone(),
+        producers: config.http_ingest_on().then(|| operators.clone()),
     });
     if let Some(routing) = &delivery.routing {
         let _ = control_service

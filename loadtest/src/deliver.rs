@@ -64,6 +64,26 @@ impl Subscribed {
     }
 }
 
+/// A producer's token for HTTP ingest of every source (R-SEC-4).
+pub fn producer_token(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let secret = std::fs::read_to_string(data_dir.join("jwt-hs256.secret"))?;
+    let now = u64::try_from(crate::machine::unix_ms() / 1000)?;
+    hub_control::auth::mint_hs256_ingest(
+        secret.trim().as_bytes(),
+        &hub_control::auth::Mint {
+            issuer: "access-manager",
+            audience: "streaming-hub",
+            subject: "loadtest-producer",
+            tenant: "platform",
+            permissions: &["ingest"],
+            ttl_s: 3600,
+            now_s: now,
+        },
+        &["*"],
+    )
+    .map_err(|e| anyhow::anyhow!("minting a producer token: {e}"))
+}
+
 fn token(data_dir: &std::path::Path, tenant: &str) -> anyhow::Result<String> {
     let secret = std::fs::read_to_string(data_dir.join("jwt-hs256.secret"))?;
     let now = u64::try_from(crate::machine::unix_ms() / 1000)?;

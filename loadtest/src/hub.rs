@@ -58,6 +58,8 @@ impl Hub {
             // The hub's own events (one `destination.verified` per subscription) would come back
             // through its consumer and into the verdict counters the run checks exactly.
             .env("STREAMING_HUB_PUBLISH_HUB_EVENTS", "false")
+            // `--target http` posts to HTTP ingest, off by default beside Kafka (R-SEC-4).
+            .env("STREAMING_HUB_HTTP_INGEST", "true")
             .stdout(Stdio::null());
         cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         if spec.store == StoreChoice::Cql {

@@ -536,8 +536,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 Sampler::start(durable_now, acked.clone(), delivered.clone(), hub.pid(), t0);
             subscribed = subscribe(&hub).await?;
             let ingest_url = format!("{}/ingest/{run_id}", hub.url);
+            // HTTP ingest takes a producer's token (R-SEC-4), sent with every POST.
+            let mut auth = reqwest::header::HeaderMap::new();
+            auth.insert(
+                reqwest::header::AUTHORIZATION,
+                format!(
+                    "Bearer {}",
+                    crate::deliver::producer_token(data_dir.path())?
+                )
+                .parse()?,
+            );
             let client = reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
+                .default_headers(auth)
                 .build()?;
             // Warm-up: a few records, until the hub has joined the group and made them durable.
             let warm = u64::try_from(scenario.partitions).unwrap_or(1) * 10;

@@ -45,6 +45,10 @@ enum Command {
         /// A partner's token, as the gateway relays it (R-CP-17: the `partner_id` claim).
         #[arg(long)]
         partner: Option<String>,
+        /// A producer's token for HTTP ingest (R-SEC-4): the sources it may write,
+        /// comma-separated (`*` for all); give it `--permissions ingest`.
+        #[arg(long)]
+        sources: Option<String>,
     },
 }
 
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<()> {
             subject,
             ttl_s,
             partner,
+            sources,
         } => {
             let secret = config.hs256_secret(&cli.data_dir)?;
             let perms: Vec<&str> = permissions.split(',').map(str::trim).collect();
@@ -76,8 +81,15 @@ fn main() -> anyhow::Result<()> {
                 ttl_s,
                 now_s: now,
             };
-            let token =
-                hub_control::auth::mint_hs256_for(secret.as_bytes(), &mint, partner.as_deref())?;
+            let token = match sources {
+                Some(sources) => {
+                    let sources: Vec<&str> = sources.split(',').map(str::trim).collect();
+                    hub_control::auth::mint_hs256_ingest(secret.as_bytes(), &mint, &sources)?
+                }
+                None => {
+                    hub_control::auth::mint_hs256_for(secret.as_bytes(), &mint, partner.as_deref())?
+                }
+            };
             #[allow(clippy::print_stdout)] // the command's output
             {
                 println!("{token}");

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 
+use hub_control::auth::TokenVerifier;
 use hub_core::error::{ApiError, ErrorCode};
 
 use super::jobs::JobRouting;
@@ -27,6 +28,9 @@ pub struct HttpIngest {
     pub observer: Option<Arc<dyn KeyObserver>>,
     /// Matching and the lanes: jobs are written with their events (R-DI-1).
     pub routing: Option<JobRouting>,
+    /// Who may write (R-SEC-4): Access Manager-shaped tokens with the `ingest` permission and a
+    /// `sources` claim; `None` when HTTP ingest is off.
+    pub producers: Option<Arc<TokenVerifier>>,
 }
 
 /// The source only the hub writes: its own events (`destination.verified`, …), which tenants
@@ -35,6 +39,27 @@ pub struct HttpIngest {
 /// principal may write it — an operator setting, see README "Operating".)
 pub const RESERVED_SOURCE: &str = "hub";
 
+/// R-SEC-4, before anything is judged: HTTP ingest is on, and the bearer token may write
+/// `source` (401 without a valid token, 403 without the `ingest` permission for it).
+fn admit_producer(
+    producers: Option<&TokenVerifier>,
+    headers: &HeaderMap,
+    source: &str,
+) -> Result<(), ApiError> {
+    let Some(verifier) = producers else {
+        return Err(ApiError::new(
+            ErrorCode::HttpIngestOff,
+            "HTTP ingest is off on this hub (the default with Kafka; STREAMING_HUB_HTTP_INGEST=true turns it on)",
+        ));
+    };
+    let authorization = match headers.get("authorization").map(|v| v.to_str()) {
+        Some(Err(_)) => return Err(ApiError::unauthorized("a bearer token is required")),
+        Some(Ok(v)) => Some(v),
+        None => None,
+    };
+    verifier.verify(authorization)?.may_ingest(source)
+}
+
 /// `POST /ingest/{source}`.
 pub async fn ingest(
     State(state): State<Arc<HttpIngest>>,
@@ -42,6 +67,9 @@ pub async fn ingest(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, Json<serde_json::Value>) {
+    if let Err(e) = admit_producer(state.producers.as_deref(), &headers, &source) {
+        return e.as_reply();
+    }
     if source.eq_ignore_ascii_case(RESERVED_SOURCE) {
         return ApiError::new(
             ErrorCode::SourceReserved,
@@ -53,8 +81,11 @@ pub async fn ingest(
         topic: format!("http:{source}"),
         partition: 0,
         offset: -1,
+        // The bearer token is the producer's secret: never part of the record (a quarantined
+        // record keeps its headers).
         headers: headers
             .iter()
+            .filter(|(k, _)| *k != axum::http::header::AUTHORIZATION)
             .map(|(k, v)| (k.as_str().to_owned(), Some(v.as_bytes().to_vec())))
             .collect(),
         value: body.to_vec(),

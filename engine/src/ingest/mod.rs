@@ -187,7 +187,10 @@ impl KeyObserver for StoreKeyObserver {
             Ok(mut seen) => keys
                 .iter()
                 .map(|(k, o, m)| ((*k).to_owned(), (*o).to_owned(), *m))
-                .filter(|k| seen.insert(k.clone()))
+                // Bounded as the catalog is: keys past its limit are not recorded either.
+                .filter(|k| {
+                    seen.len() < hub_control::catalog::OBSERVED_KEY_LIMIT && seen.insert(k.clone())
+                })
                 .collect(),
             Err(_) => return,
         };

@@ -55,9 +55,7 @@ async fn r_cp_15_accepted_event_keys_join_the_catalog() {
         "empty before any event"
     );
 
-    let mut post = client
-        .post(format!("{}/ingest/lender", engine.http))
-        .body("{}");
+    let mut post = engine.post_ingest(&client, "lender").body("{}");
     for (k, v) in valid_event(&uuid::Uuid::now_v7().to_string()) {
         post = post.header(k, v);
     }

@@ -274,8 +274,8 @@ pub(crate) async fn produce_over(tenants: &[String], n: usize) -> HashMap<String
 /// Posts one event of `tenant` to the engine's HTTP ingest, with `extra` headers; returns its id.
 pub(crate) async fn ingest_one(engine: &Engine, tenant: &str, extra: &[(&str, &str)]) -> Uuid {
     let event = Uuid::now_v7();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/ingest/lender", engine.http))
+    let mut post = engine
+        .post_ingest(&reqwest::Client::new(), "lender")
         .body("{}");
     for (k, v) in event_headers(tenant, event) {
         post = post.header(k, v);
@@ -527,8 +527,8 @@ async fn failing_destination_dead_letters_then_replays(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(800)).await;
 
     let event = Uuid::now_v7();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/ingest/lender", engine.http))
+    let mut post = engine
+        .post_ingest(&reqwest::Client::new(), "lender")
         .body(r#"{"amount":"1.00"}"#);
     for (k, v) in event_headers(&tenant, event) {
         post = post.header(k, v);
@@ -665,8 +665,8 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
     receiver.script(&[Act::Stall(Duration::from_secs(3))], Act::Status(204));
     tokio::time::sleep(Duration::from_millis(800)).await;
     let ingest = |event: Uuid| {
-        let mut post = reqwest::Client::new()
-            .post(format!("{}/ingest/lender", engine.http))
+        let mut post = engine
+            .post_ingest(&reqwest::Client::new(), "lender")
             .body("{}");
         for (k, v) in event_headers(&tenant, event) {
             post = post.header(k, v);
@@ -861,8 +861,8 @@ async fn r_di_10_a_long_broken_destination_is_auto_disabled_and_announced() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     // Failures spread over seconds: events keep coming while the first ones retry.
     for _ in 0..8 {
-        let mut post = reqwest::Client::new()
-            .post(format!("{}/ingest/lender", engine.http))
+        let mut post = engine
+            .post_ingest(&reqwest::Client::new(), "lender")
             .body("{}");
         for (k, v) in event_headers(&tenant, Uuid::now_v7()) {
             post = post.header(k, v);

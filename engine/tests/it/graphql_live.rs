@@ -218,7 +218,7 @@ async fn ingest_pull_events(setup: &Setup, n: usize) -> Vec<String> {
         let event = uuid::Uuid::now_v7();
         let status = crate::pull::ingest(
             &http,
-            &setup.engine.http,
+            &setup.engine.producer(),
             &setup.tenant,
             event,
             "loan.approved",

@@ -93,7 +93,14 @@ async fn r_tr_3_hubctl_creates_lists_tails_and_says_what_failed() {
     for _ in 0..3 {
         let event = Uuid::now_v7();
         assert_eq!(
-            ingest(&http, &addr, &setup.tenant, event, "loan.approved").await,
+            ingest(
+                &http,
+                &setup.engine.producer(),
+                &setup.tenant,
+                event,
+                "loan.approved"
+            )
+            .await,
             202
         );
         produced.push(event.to_string());

@@ -6,14 +6,15 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::delivery::{event_headers, Setup};
+use crate::support::{ingest_token_signed, token, Producer};
 
-async fn post(http: &str, headers: &[(&str, String)]) -> (u16, Value) {
-    post_as(http, "lender", headers).await
+async fn post(producer: &Producer, headers: &[(&str, String)]) -> (u16, Value) {
+    post_as(producer, "lender", headers).await
 }
 
-async fn post_as(http: &str, source: &str, headers: &[(&str, String)]) -> (u16, Value) {
-    let mut request = reqwest::Client::new()
-        .post(format!("{http}/ingest/{source}"))
+async fn post_as(producer: &Producer, source: &str, headers: &[(&str, String)]) -> (u16, Value) {
+    let mut request = producer
+        .post(&reqwest::Client::new(), source)
         .body(r#"{"amount":"1.00"}"#);
     for (k, v) in headers {
         request = request.header(*k, v);
@@ -26,7 +27,7 @@ async fn post_as(http: &str, source: &str, headers: &[(&str, String)]) -> (u16, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_in_10_http_ingest_answers_accepted_duplicate_dropped_and_quarantined() {
     let setup = Setup::start("ingest-http").await;
-    let http = &setup.engine.http;
+    let http = &setup.engine.producer();
     let event = event_headers(&setup.tenant, Uuid::now_v7());
     let (status, first) = post(http, &event).await;
     assert_eq!(
@@ -70,7 +71,7 @@ async fn r_in_10_http_ingest_answers_accepted_duplicate_dropped_and_quarantined(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_sec_4_http_ingest_refuses_the_hubs_own_source() {
     let setup = Setup::start("ingest-hub-source").await;
-    let http = &setup.engine.http;
+    let http = &setup.engine.producer();
     for source in ["hub", "HUB"] {
         let mut forged = event_headers(&setup.tenant, Uuid::now_v7());
         for (k, v) in forged.iter_mut() {
@@ -88,5 +89,120 @@ async fn r_sec_4_http_ingest_refuses_the_hubs_own_source() {
     // Nothing stored: the tenant's first real event takes seq 1.
     let (_, first) = post(http, &event_headers(&setup.tenant, Uuid::now_v7())).await;
     assert_eq!(first["seq"].as_u64(), Some(1), "{first}");
+    setup.engine.stop();
+}
+
+/// R-SEC-4: HTTP ingest takes only a producer's token with the `ingest` permission naming the
+/// source, checked before the verdict: none or a forged one is 401, a tenant's token or one for
+/// another source 403, and nothing refused is stored. The token never reaches the store (a
+/// quarantined record keeps its headers, but not `authorization`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_sec_4_http_ingest_requires_a_producer_token_for_the_source() {
+    let setup = Setup::start("ingest-auth").await;
+    let engine = &setup.engine;
+    let client = reqwest::Client::new();
+    let secret =
+        std::fs::read_to_string(setup.dir.path().join("jwt-hs256.secret")).expect("secret");
+    let send = |token: Option<String>| {
+        let mut post = client
+            .post(format!("{}/ingest/lender", engine.http))
+            .body("{}");
+        if let Some(t) = token {
+            post = post.bearer_auth(t);
+        }
+        for (k, v) in event_headers(&setup.tenant, Uuid::now_v7()) {
+            post = post.header(k, v);
+        }
+        async move {
+            let r = post.send().await.expect("ingest");
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let refusals = [
+        (None, 401, "unauthorized"),
+        (Some("not-a-jwt".to_owned()), 401, "unauthorized"),
+        (
+            Some(ingest_token_signed("someone-elses-secret", &["lender"])),
+            401,
+            "unauthorized",
+        ),
+        (
+            Some(token(
+                setup.dir.path(),
+                &setup.tenant,
+                &["subscriptions:post", "admin"],
+            )),
+            403,
+            "forbidden",
+        ),
+        (
+            Some(ingest_token_signed(&secret, &["crm"])),
+            403,
+            "forbidden",
+        ),
+    ];
+    for (token, status, code) in refusals {
+        let (got, body) = send(token).await;
+        assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{body}");
+    }
+    let (status, first) = send(Some(ingest_token_signed(&secret, &["crm", "lender"]))).await;
+    assert_eq!(
+        (status, first["seq"].as_u64()),
+        (202, Some(1)),
+        "the first accepted event takes seq 1: nothing refused was stored: {first}"
+    );
+
+    // A malformed record is quarantined with its headers, the bearer token not among them.
+    let producer_token = ingest_token_signed(&secret, &["lender"]);
+    let (status, _) = {
+        let r = client
+            .post(format!("{}/ingest/lender", engine.http))
+            .bearer_auth(&producer_token)
+            .header("ce-specversion", "1.0")
+            .header("ce-id", "not-a-uuid")
+            .body("{}")
+            .send()
+            .await
+            .expect("ingest");
+        (r.status().as_u16(), ())
+    };
+    assert_eq!(status, 400);
+    let admin = token(setup.dir.path(), "ops", &["admin"]);
+    let quarantine = client
+        .get(format!("{}/admin/quarantine", engine.http))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("quarantine")
+        .text()
+        .await
+        .expect("body");
+    assert!(quarantine.contains("not-a-uuid"), "{quarantine}");
+    assert!(
+        !quarantine.to_ascii_lowercase().contains("authorization")
+            && !quarantine.contains(&producer_token),
+        "the producer's token is not kept"
+    );
+    setup.engine.stop();
+}
+
+/// R-SEC-4: beside Kafka, HTTP ingest is off unless turned on: the route answers 404
+/// `http_ingest_off`, token or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_sec_4_http_ingest_is_off_beside_kafka_unless_turned_on() {
+    let setup = Setup::start_with(
+        "ingest-off",
+        crate::support::Backend::Embedded,
+        &[("STREAMING_HUB_HTTP_INGEST", "false")],
+    )
+    .await;
+    let producer = setup.engine.producer();
+    let (status, body) = post(&producer, &event_headers(&setup.tenant, Uuid::now_v7())).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("http_ingest_off")),
+        "{body}"
+    );
     setup.engine.stop();
 }

@@ -14,13 +14,13 @@ use crate::support::*;
 /// Posts one event of `tenant` to the engine's HTTP ingest; returns the status.
 pub(crate) async fn ingest(
     client: &reqwest::Client,
-    http: &str,
+    producer: &crate::support::Producer,
     tenant: &str,
     id: Uuid,
     key: &str,
 ) -> u16 {
-    let mut post = client
-        .post(format!("{http}/ingest/lender"))
+    let mut post = producer
+        .post(client, "lender")
         .body(format!(r#"{{"n":"{id}"}}"#));
     for (k, v) in event_headers(tenant, id) {
         let v = match k {
@@ -103,7 +103,7 @@ async fn readers_see_every_event_once(backend: Backend) {
         subs.push((api, id));
     }
     let subs = Arc::new(subs);
-    let http = engine.http.clone();
+    let http = engine.producer();
     let writer = {
         let tenants = tenants.clone();
         tokio::spawn(async move {
@@ -216,7 +216,10 @@ async fn r_cp_11_pull_pause_resume_and_after() {
         } else {
             "loan_application.rejected"
         };
-        assert_eq!(ingest(&client, &engine.http, &tenant, ev, key).await, 202);
+        assert_eq!(
+            ingest(&client, &engine.producer(), &tenant, ev, key).await,
+            202
+        );
         if i % 2 == 0 {
             approved.push(ev.to_string());
         }
@@ -256,7 +259,7 @@ async fn r_cp_11_pull_pause_resume_and_after() {
     assert_eq!(
         ingest(
             &client,
-            &engine.http,
+            &engine.producer(),
             &tenant,
             during,
             "loan_application.approved"
@@ -281,7 +284,7 @@ async fn r_cp_11_pull_pause_resume_and_after() {
     assert_eq!(
         ingest(
             &client,
-            &engine.http,
+            &engine.producer(),
             &tenant,
             later,
             "loan_application.approved"

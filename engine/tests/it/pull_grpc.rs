@@ -48,20 +48,27 @@ async fn r_tr_2_subscribe_streams_stored_then_new_events_and_resumes_from_its_cu
     subscribe_streams_and_resumes(Backend::Cql).await;
 }
 
+/// Posts one `loan.approved` event of `tenant`; its id.
+async fn ingest_approved(
+    http: &reqwest::Client,
+    producer: &crate::support::Producer,
+    tenant: &str,
+) -> String {
+    let event = Uuid::now_v7();
+    let status = ingest(http, producer, tenant, event, "loan.approved").await;
+    assert_eq!(status, 202);
+    event.to_string()
+}
+
 async fn subscribe_streams_and_resumes(backend: Backend) {
     let grace = [("STREAMING_HUB_STOP_GRACE_MS", "3000")];
     let setup = Setup::start_with("grpc-pull", backend, &grace).await;
     let (api, tenant) = (&setup.api, &setup.tenant);
     let id = create_pull(api, "stream", json!({})).await;
-    let http = reqwest::Client::new();
+    let (http, producer) = (reqwest::Client::new(), setup.engine.producer());
     let mut produced = Vec::new();
     for _ in 0..5 {
-        let event = Uuid::now_v7();
-        assert_eq!(
-            ingest(&http, &setup.engine.http, tenant, event, "loan.approved").await,
-            202
-        );
-        produced.push(event.to_string());
+        produced.push(ingest_approved(&http, &producer, tenant).await);
     }
     let mut client = EventsClient::connect(setup.engine.http.clone())
         .await
@@ -83,12 +90,7 @@ async fn subscribe_streams_and_resumes(backend: Backend) {
     let stored = next_events(&mut stream, 5).await;
     // New events after the stream started arrive on it too.
     for _ in 0..3 {
-        let event = Uuid::now_v7();
-        assert_eq!(
-            ingest(&http, &setup.engine.http, tenant, event, "loan.approved").await,
-            202
-        );
-        produced.push(event.to_string());
+        produced.push(ingest_approved(&http, &producer, tenant).await);
     }
     let live = next_events(&mut stream, 3).await;
     let all: Vec<&Event> = stored.iter().chain(&live).collect();

@@ -142,9 +142,13 @@ async fn put_guest(api: &Tenant, id: &str) -> (u16, Value) {
 }
 
 /// Posts one event of `tenant` to the engine's HTTP ingest.
-async fn ingest_one(client: &reqwest::Client, http: &str, tenant: &str) -> String {
+async fn ingest_one(
+    client: &reqwest::Client,
+    producer: &crate::support::Producer,
+    tenant: &str,
+) -> String {
     let ev = Uuid::now_v7();
-    let mut post = client.post(format!("{http}/ingest/lender")).body("{}");
+    let mut post = producer.post(client, "lender").body("{}");
     for (k, v) in crate::delivery::event_headers(tenant, ev) {
         post = post.header(k, v);
     }
@@ -514,7 +518,7 @@ async fn r_di_6_a_rabbitmq_outage_is_retried_and_delivered_when_the_broker_retur
     let client = reqwest::Client::new();
     let mut sent = HashSet::new();
     for _ in 0..20 {
-        sent.insert(ingest_one(&client, &engine.http, &tenant).await);
+        sent.insert(ingest_one(&client, &engine.producer(), &tenant).await);
     }
     let health = || async {
         api.call("GET", &format!("/v1/subscriptions/{id}/health"), None)
@@ -595,7 +599,7 @@ async fn r_di_8_an_unroutable_rabbitmq_publish_is_dead_lettered_and_replays() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let client = reqwest::Client::new();
     for _ in 0..3 {
-        ingest_one(&client, &engine.http, &tenant).await;
+        ingest_one(&client, &engine.producer(), &tenant).await;
     }
     let dead_path = format!("/v1/subscriptions/{id}/dead-letters");
     let mut dead = Value::Null;

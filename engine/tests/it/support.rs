@@ -74,6 +74,31 @@ pub struct Engine {
     pub http: String,
     /// The engine's log (every engine started on one data directory appends to it).
     log: std::path::PathBuf,
+    /// A producer's HTTP ingest token for every source (R-SEC-4), signed with the HS256 secret
+    /// the test gave the engine or the one it generated in its data directory.
+    ingest_token: IngestToken,
+}
+
+/// Posts to an engine's HTTP ingest with a producer's token.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    http: String,
+    token: String,
+}
+
+impl Producer {
+    /// `POST /ingest/{source}`, authenticated.
+    pub fn post(&self, client: &reqwest::Client, source: &str) -> reqwest::RequestBuilder {
+        client
+            .post(format!("{}/ingest/{source}", self.http))
+            .bearer_auth(&self.token)
+    }
+}
+
+#[derive(Debug)]
+enum IngestToken {
+    Secret(String),
+    GeneratedIn(std::path::PathBuf),
 }
 
 const ENGINE_LOG: &str = "engine.log";
@@ -112,16 +137,44 @@ impl Engine {
             .env("STREAMING_HUB_KAFKA_GROUP", group)
             .env("STREAMING_HUB_KAFKA_METADATA_REFRESH_MS", "1000")
             .env("STREAMING_HUB_MAX_VALUE_BYTES", "65536")
+            // Tests post events over HTTP too (R-SEC-4: off by default beside Kafka).
+            .env("STREAMING_HUB_HTTP_INGEST", "true")
             // The broker's minimum: a killed engine's partitions move on after 6 s, not 45.
             .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000");
         // The test's own settings last: they may override the ones above.
         cmd.envs(env.iter().copied());
         let child = cmd.spawn().expect("engine binary starts");
+        let ingest_token = match env
+            .iter()
+            .find(|(k, _)| *k == "STREAMING_HUB_JWT_HS256_SECRET")
+        {
+            Some((_, secret)) => IngestToken::Secret((*secret).to_owned()),
+            None => IngestToken::GeneratedIn(data_dir.to_owned()),
+        };
         Engine {
             child,
             http: format!("http://127.0.0.1:{port}"),
             log,
+            ingest_token,
         }
+    }
+
+    /// A producer of this engine's HTTP ingest, with a token for every source (R-SEC-4).
+    pub fn producer(&self) -> Producer {
+        let secret = match &self.ingest_token {
+            IngestToken::Secret(s) => s.clone(),
+            IngestToken::GeneratedIn(dir) => std::fs::read_to_string(dir.join("jwt-hs256.secret"))
+                .expect("the engine's generated secret"),
+        };
+        Producer {
+            http: self.http.clone(),
+            token: ingest_token_signed(&secret, &["*"]),
+        }
+    }
+
+    /// `POST /ingest/{source}` as a producer that may write every source.
+    pub fn post_ingest(&self, client: &reqwest::Client, source: &str) -> reqwest::RequestBuilder {
+        self.producer().post(client, source)
     }
 
     pub async fn wait_ready(&self) {
@@ -549,6 +602,25 @@ pub fn partner_token(
 /// A bearer token signed with an HS256 `secret` (one a deployment's processes share).
 pub fn token_signed(secret: &str, tenant: &str, permissions: &[&str]) -> String {
     token_for(secret, tenant, permissions, None)
+}
+
+/// A producer's token (the `ingest` permission) for `sources`, signed with `secret` (R-SEC-4).
+pub fn ingest_token_signed(secret: &str, sources: &[&str]) -> String {
+    let now = u64::try_from(hub_control::config::now_ms() / 1000).expect("now");
+    hub_control::auth::mint_hs256_ingest(
+        secret.trim().as_bytes(),
+        &hub_control::auth::Mint {
+            issuer: "access-manager",
+            audience: "streaming-hub",
+            subject: "producer",
+            tenant: "platform",
+            permissions: &["ingest"],
+            ttl_s: 600,
+            now_s: now,
+        },
+        sources,
+    )
+    .expect("token")
 }
 
 fn token_for(secret: &str, tenant: &str, permissions: &[&str], partner: Option<&str>) -> String {
