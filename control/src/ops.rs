@@ -180,6 +180,7 @@ async fn metrics(State(ops): State<Ops>) -> Response {
             );
         }
     }
+    text.push_str(&hub_core::listener::render_metrics("hub_control"));
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 

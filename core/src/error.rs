@@ -99,6 +99,9 @@ error_codes! {
     SubscriptionChanged = "subscription_changed", 412, FailedPrecondition;
     /// The body is larger than the API takes.
     PayloadTooLarge = "payload_too_large", 413, ResourceExhausted;
+    /// The request's body did not arrive within the listener's body timeout (a slow or stalled
+    /// client).
+    RequestTimeout = "request_timeout", 408, DeadlineExceeded;
     /// The request's headers are larger than the API takes.
     HeadersTooLarge = "headers_too_large", 431, ResourceExhausted;
     /// The body's content type is not one the route reads.

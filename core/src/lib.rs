@@ -7,6 +7,7 @@ pub mod cql;
 pub mod destination;
 pub mod error;
 pub mod json;
+pub mod listener;
 pub mod model;
 pub mod outcomes;
 pub mod partners;

@@ -129,6 +129,7 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     out.push_str(&crate::telemetry::render_components(
         &api.readiness.check().await,
     ));
+    out.push_str(&hub_core::listener::render_metrics("streaming_hub"));
     out
 }
 

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -116,6 +117,15 @@ pub struct HubConfig {
     /// and reads the revision log the moment a change is written there (R-TR-4). Env
     /// `STREAMING_HUB_CONTROL_URL`. Unset: polling alone.
     pub control_url: Option<String>,
+    /// Connections the HTTP listener keeps open at once (issue 16). Env
+    /// `STREAMING_HUB_HTTP_MAX_CONNECTIONS`. Default 1024.
+    pub http_max_connections: usize,
+    /// How long a connection may take to send a request's headers, and how long a kept-alive
+    /// HTTP/1 connection may sit idle. Env `STREAMING_HUB_HTTP_HEADER_TIMEOUT_MS`. Default 30 s.
+    pub http_header_timeout_ms: u64,
+    /// How long a request's whole body may take (408 past it). Env
+    /// `STREAMING_HUB_HTTP_BODY_TIMEOUT_MS`. Default 30 s.
+    pub http_body_timeout_ms: u64,
 }
 
 impl Default for HubConfig {
@@ -150,6 +160,9 @@ impl Default for HubConfig {
             stop_grace_ms: 30_000,
             follow_ms: 250,
             control_url: None,
+            http_max_connections: 1024,
+            http_header_timeout_ms: 30_000,
+            http_body_timeout_ms: 30_000,
         }
     }
 }
@@ -298,10 +311,30 @@ impl HubConfig {
         if let Some((k, v)) = env("FOLLOW_MS") {
             self.follow_ms = parse(&k, v)?;
         }
+        if let Some((k, v)) = env("HTTP_MAX_CONNECTIONS") {
+            self.http_max_connections = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("HTTP_HEADER_TIMEOUT_MS") {
+            self.http_header_timeout_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("HTTP_BODY_TIMEOUT_MS") {
+            self.http_body_timeout_ms = parse(&k, v)?;
+        }
         if let Some((_, v)) = env("CONTROL_URL") {
             self.control_url = (!v.is_empty()).then(|| v.trim_end_matches('/').to_owned());
         }
         Ok(())
+    }
+
+    /// What the HTTP listener lets clients hold; bodies up to the ingest route's limit (twice
+    /// the largest value, so an oversized one still reaches the verdict) or 2 MiB.
+    pub fn listener_limits(&self) -> hub_core::listener::ListenerLimits {
+        hub_core::listener::ListenerLimits {
+            max_connections: self.http_max_connections.max(1),
+            header_timeout: Duration::from_millis(self.http_header_timeout_ms.max(1)),
+            body_timeout: Duration::from_millis(self.http_body_timeout_ms.max(1)),
+            max_body_bytes: self.max_value_bytes.saturating_mul(2).max(2 * 1024 * 1024),
+        }
     }
 
     /// Whether HTTP ingest is served: as set, else only when Kafka is not configured (R-SEC-4).

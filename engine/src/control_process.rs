@@ -56,18 +56,18 @@ pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
             .with_context(|| format!("binding {addr}"))?;
         tracing::info!(addr = %listener.local_addr()?, "control plane listening (REST /v1, /graphql, gRPC)");
         let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
+        let limits = hub.listener_limits();
         let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopping.await;
-                })
-                .await
+            let shutdown = async move {
+                let _ = stopping.await;
+            };
+            hub_core::listener::serve(listener, app, limits, shutdown).await;
         });
         stopped.await;
         tracing::info!("stopping");
         let _ = stop.send(());
         match tokio::time::timeout(STOP_GRACE, server).await {
-            Ok(Ok(served)) => served.context("serving")?,
+            Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(anyhow::anyhow!("the server task failed: {e}")),
             Err(_) => tracing::warn!(grace = ?STOP_GRACE, "open connections cut at the grace"),
         }

@@ -178,6 +178,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         .block_on(tokio::net::TcpListener::bind(config.http_addr))
         .with_context(|| format!("binding {}", config.http_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "http ingest and admin listening");
+    let listener_limits = config.listener_limits();
     let server = {
         let stop = stop.clone();
         tokio.spawn(async move {
@@ -190,9 +191,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
+            hub_core::listener::serve(listener, app, listener_limits, shutdown).await
         })
     };
 
@@ -261,7 +260,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     // Open connections end within the grace too: a gRPC stream that follows the log never ends
     // by itself, and its reader resumes from its cursor on the next start.
     match tokio.block_on(async { tokio::time::timeout(grace, server).await }) {
-        Ok(Ok(Err(e))) => tracing::error!(error = %e, "http server error"),
+        Ok(Err(e)) => tracing::error!(error = %e, "the http server task failed"),
         Err(_) => tracing::info!("stop: connections still open after the grace were closed"),
         _ => {}
     }
