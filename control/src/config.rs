@@ -14,7 +14,7 @@ use crate::service::{Control, IdemSettings};
 use crate::store::cql::CqlControlStore;
 use crate::store::embedded::EmbeddedControlStore;
 use crate::store::ControlStore;
-use hub_core::destination::{DestinationPolicy, SystemResolver};
+use hub_core::destination::{DestinationPolicy, DnsResolver};
 use hub_core::secrets::Keyring;
 
 #[derive(Debug, Clone)]
@@ -263,9 +263,10 @@ impl ControlConfig {
             )
             .map_err(|e| anyhow::anyhow!("sink clients: {e}"))?,
             policy,
-            resolver: Arc::new(SystemResolver {
-                timeout: Duration::from_millis(self.dns_timeout_ms),
-            }),
+            resolver: Arc::new(
+                DnsResolver::system(Duration::from_millis(self.dns_timeout_ms))
+                    .map_err(|e| anyhow::anyhow!("the destination check's resolver: {e}"))?,
+            ),
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
             events: std::sync::OnceLock::new(),
             local_index: std::sync::OnceLock::new(),

@@ -1,8 +1,9 @@
 //! Destination checks (R-SEC-2, R-SK-2): which addresses a tenant's subscription may point at.
 //!
 //! Pure classification of IPv4 (including the decimal, octal and hex spellings `inet_aton`
-//! accepts), IPv6 and IPv4-mapped/-translated IPv6; then the endpoint rules per sink kind, with
-//! names resolved under a time limit. The operator allow-list names private hosts a webhook or
+//! accepts), IPv6 and IPv4-mapped/-translated IPv6 against tables of IANA's special-purpose
+//! ranges (`ipnet`); then the endpoint rules per sink kind, with names resolved by hickory under
+//! a time limit (typed failures). The operator allow-list names private hosts a webhook or
 //! RabbitMQ subscription may use; SQS and EventBridge never get that exception.
 
 use std::collections::HashSet;
@@ -10,9 +11,77 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::model::SinkKind;
+
+/// Special-purpose IPv4 ranges no tenant destination may be in (IANA's IPv4 Special-Purpose
+/// Address Registry, RFC 6890 and its updates, plus the cloud metadata address), most specific
+/// first: the first match names the reason.
+const REFUSED_V4: &[(&str, &str)] = &[
+    ("169.254.169.254/32", "cloud metadata"),
+    ("0.0.0.0/8", "unspecified"),
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "carrier-grade NAT"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    // Protocol assignments; 192.0.0.192 is Oracle Cloud's metadata service.
+    ("192.0.0.0/24", "reserved"),
+    ("192.0.2.0/24", "documentation"),
+    ("192.88.99.0/24", "6to4 relay anycast"),
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation"),
+    ("203.0.113.0/24", "documentation"),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved"),
+];
+
+/// Special-purpose IPv6 ranges (IANA's IPv6 Special-Purpose Address Registry and the
+/// deprecated site-local range). The forms that carry an IPv4 address are classified by it
+/// first (`embedded_v4`), then refused anyway: the hub never connects through a translator.
+const REFUSED_V6: &[(&str, &str)] = &[
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("::ffff:0:0:0/96", "IPv4-translated"),
+    ("::/96", "IPv4-compatible"),
+    ("64:ff9b::/96", "NAT64"),
+    ("64:ff9b:1::/48", "local-use NAT64"),
+    ("100::/64", "discard-only"),
+    ("2001::/32", "Teredo"),
+    ("2001:2::/48", "benchmarking"),
+    ("2001:10::/28", "ORCHID"),
+    ("2001:db8::/32", "documentation"),
+    ("2002::/16", "6to4"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "segment routing"),
+    ("fc00::/7", "unique-local"),
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "site-local"),
+    ("ff00::/8", "multicast"),
+];
+
+/// The refused ranges, each with its reason.
+type RefusedNets = (Vec<(Ipv4Net, &'static str)>, Vec<(Ipv6Net, &'static str)>);
+
+/// The tables, parsed once.
+fn refused_nets() -> &'static RefusedNets {
+    static NETS: std::sync::OnceLock<RefusedNets> = std::sync::OnceLock::new();
+    NETS.get_or_init(|| {
+        // The tables are constants checked by the tests below: a typo fails them, not a user.
+        let v4 = REFUSED_V4
+            .iter()
+            .filter_map(|(net, why)| net.parse().ok().map(|n| (n, *why)))
+            .collect();
+        let v6 = REFUSED_V6
+            .iter()
+            .filter_map(|(net, why)| net.parse().ok().map(|n| (n, *why)))
+            .collect();
+        (v4, v6)
+    })
+}
 
 /// Why an address is refused, or `None` for a public unicast address.
 pub fn refused_because(ip: IpAddr) -> Option<&'static str> {
@@ -23,52 +92,38 @@ pub fn refused_because(ip: IpAddr) -> Option<&'static str> {
 }
 
 fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, c, d] = ip.octets();
-    Some(match (a, b) {
-        _ if ip == Ipv4Addr::new(169, 254, 169, 254) => "cloud metadata",
-        (169, 254) => "link-local",
-        (127, _) => "loopback",
-        (0, _) => "unspecified",
-        (10, _) | (192, 168) => "private",
-        (172, 16..=31) => "private",
-        (100, 64..=127) => "carrier-grade NAT",
-        (224..=239, _) => "multicast",
-        (240..=255, _) => "reserved",
-        // 192.0.0.0/24 holds protocol assignments; 192.0.0.192 is Oracle's metadata service.
-        (192, 0) if c == 0 => "reserved",
-        (198, 18..=19) => "benchmarking",
-        _ => {
-            let _ = d;
-            return None;
-        }
-    })
+    refused_nets()
+        .0
+        .iter()
+        .find(|(net, _)| net.contains(&ip))
+        .map(|(_, why)| *why)
 }
 
 fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    // IPv4-mapped (`::ffff:a.b.c.d`) reaches the IPv4 address itself: judged as that address.
     if let Some(v4) = ip.to_ipv4_mapped() {
         return refused_v4(v4);
     }
+    let range = refused_nets()
+        .1
+        .iter()
+        .find(|(net, _)| net.contains(&ip))
+        .map(|(_, why)| *why)?;
+    Some(embedded_v4(ip).and_then(refused_v4).unwrap_or(range))
+}
+
+/// The IPv4 address NAT64 (`64:ff9b::/96`), IPv4-compatible (`::/96`) and 6to4 (`2002::/16`)
+/// addresses carry, to name the more telling reason (`64:ff9b::a9fe:a9fe` is cloud metadata).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
-    // NAT64 (64:ff9b::/96) and the deprecated IPv4-compatible form (::a.b.c.d) carry an IPv4.
-    if (s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4]) || (s[0..6] == [0; 6] && s[6] != 0) {
-        let v4 = Ipv4Addr::new(
-            (s[6] >> 8) as u8,
-            (s[6] & 0xff) as u8,
-            (s[7] >> 8) as u8,
-            (s[7] & 0xff) as u8,
-        );
-        return refused_v4(v4).or(Some("IPv4 embedded in IPv6"));
+    let pair = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(pair(hi, lo)),
+        // `::` and `::1` are themselves, not IPv4-compatible forms.
+        [0, 0, 0, 0, 0, 0, hi, lo] if hi != 0 => Some(pair(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(pair(hi, lo)),
+        _ => None,
     }
-    Some(match s[0] {
-        _ if ip.is_loopback() => "loopback",
-        _ if ip.is_unspecified() => "unspecified",
-        0xfe80..=0xfebf => "link-local",
-        0xfc00..=0xfdff => "unique-local",
-        0xff00..=0xffff => "multicast",
-        0xfec0..=0xfeff => "site-local",
-        0x2001 if s[1] == 0x0db8 => "documentation",
-        _ => return None,
-    })
 }
 
 /// Parses the IPv4 spellings `inet_aton` accepts: 1 to 4 parts, each decimal, octal (`0` prefix)
@@ -122,37 +177,64 @@ pub trait Resolver: Send + Sync + std::fmt::Debug {
     async fn resolve(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, ResolveError>;
 }
 
-/// The system resolver (getaddrinfo through tokio) under a time limit.
-#[derive(Debug, Clone)]
-pub struct SystemResolver {
-    pub timeout: Duration,
+/// The system's DNS servers (`/etc/resolv.conf`, and the hosts file) through hickory, under a
+/// time limit: a failure comes back typed, so a missing name (NXDOMAIN, or no address records)
+/// is the tenant's 422, a timeout 504 and anything else the resolver's 503.
+#[derive(Clone)]
+pub struct DnsResolver {
+    inner: std::sync::Arc<hickory_resolver::TokioResolver>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for DnsResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsResolver")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DnsResolver {
+    /// The system's configuration; without a readable one, a resolver that answers only from
+    /// the hosts file would hide the problem, so this fails and says why.
+    pub fn system(timeout: Duration) -> Result<Self, String> {
+        let mut builder = hickory_resolver::TokioResolver::builder_tokio()
+            .map_err(|e| format!("reading the system's DNS configuration: {e}"))?;
+        builder.options_mut().timeout = timeout;
+        builder.options_mut().attempts = 1;
+        Ok(Self {
+            inner: std::sync::Arc::new(builder.build()),
+            timeout,
+        })
+    }
+}
+
+/// A hickory failure as the API's three outcomes.
+fn classify_dns_failure(e: &hickory_resolver::ResolveError) -> ResolveError {
+    use hickory_resolver::proto::ProtoErrorKind;
+    if e.is_nx_domain() || e.is_no_records_found() {
+        return ResolveError::NotFound;
+    }
+    match e.proto().map(|p| p.kind()) {
+        Some(ProtoErrorKind::Timeout) => ResolveError::Timeout,
+        _ => ResolveError::Unavailable,
+    }
 }
 
 #[async_trait]
-impl Resolver for SystemResolver {
-    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, ResolveError> {
-        let lookup = tokio::net::lookup_host((host, port));
-        match tokio::time::timeout(self.timeout, lookup).await {
+impl Resolver for DnsResolver {
+    async fn resolve(&self, host: &str, _port: u16) -> Result<Vec<IpAddr>, ResolveError> {
+        // hickory's own timeout is per query; this bounds the whole lookup (A and AAAA).
+        let lookup = self.inner.lookup_ip(host);
+        match tokio::time::timeout(self.timeout.saturating_mul(2), lookup).await {
             Err(_) => Err(ResolveError::Timeout),
-            Ok(Ok(addrs)) => {
-                let ips: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
+            Ok(Err(e)) => Err(classify_dns_failure(&e)),
+            Ok(Ok(found)) => {
+                let ips: Vec<IpAddr> = found.iter().collect();
                 if ips.is_empty() {
                     Err(ResolveError::NotFound)
                 } else {
                     Ok(ips)
-                }
-            }
-            Ok(Err(e)) => {
-                // getaddrinfo's EAI_NONAME / EAI_NODATA say the name does not exist; anything
-                // else (EAI_AGAIN, EAI_FAIL, …) is the resolver failing.
-                let text = e.to_string();
-                if text.contains("not known")
-                    || text.contains("No address associated")
-                    || text.contains("nodename nor servname")
-                {
-                    Err(ResolveError::NotFound)
-                } else {
-                    Err(ResolveError::Unavailable)
                 }
             }
         }
@@ -261,6 +343,9 @@ pub async fn check_endpoint(
             schemes.join(" or ")
         )));
     }
+    if url.port() == Some(0) {
+        return Err(invalid_endpoint("port 0 is not a destination"));
+    }
     let port = url.port_or_known_default().unwrap_or(match url.scheme() {
         "amqps" => 5671,
         "amqp" => 5672,
@@ -334,6 +419,27 @@ mod tests {
             ("::ffff:127.0.0.1", "loopback"),
             ("::ffff:169.254.169.254", "cloud metadata"),
             ("64:ff9b::a9fe:a9fe", "cloud metadata"),
+            ("64:ff9b::808:808", "NAT64"),
+            ("64:ff9b:1::1", "local-use NAT64"),
+            ("::ffff:0:a00:1", "IPv4-translated"),
+            ("::7f00:1", "loopback"),
+            ("2002:c0a8:101::1", "private"),
+            ("2002:808:808::1", "6to4"),
+            ("2001:0:4136:e378::1", "Teredo"),
+            ("2001:2::1", "benchmarking"),
+            ("2001:db8::1", "documentation"),
+            ("3fff::1", "documentation"),
+            ("100::1", "discard-only"),
+            ("fec0::1", "site-local"),
+            ("192.0.2.1", "documentation"),
+            ("198.51.100.7", "documentation"),
+            ("203.0.113.9", "documentation"),
+            ("192.88.99.1", "6to4 relay anycast"),
+            ("192.0.0.192", "reserved"),
+            ("198.18.0.1", "benchmarking"),
+            ("198.19.255.255", "benchmarking"),
+            ("255.255.255.255", "reserved"),
+            ("239.1.1.1", "multicast"),
         ] {
             let parsed: IpAddr = ip.parse().expect(ip);
             assert_eq!(refused_because(parsed), Some(why), "{ip}");
@@ -344,9 +450,58 @@ mod tests {
             "100.128.0.1",
             "2606:4700::1111",
             "::ffff:1.1.1.1",
+            "192.0.1.1",
+            "198.20.0.1",
+            "2001:4860::8888",
+            "2003::1",
+            "2a00:1450::1",
         ] {
             assert_eq!(refused_because(ip.parse().expect(ip)), None, "{ip}");
         }
+    }
+
+    /// R-SEC-2 (issue 16): the resolver's failures are told apart by their kind, never by
+    /// message text: a name that does not exist (NXDOMAIN) or has no address records is the
+    /// tenant's (422), a timeout 504, anything else the resolver's (503).
+    #[test]
+    fn r_sec_2_dns_failures_are_classified_by_kind() {
+        use hickory_resolver::proto::op::{Query, ResponseCode};
+        use hickory_resolver::proto::{ProtoError, ProtoErrorKind};
+        let no_records = |code| {
+            let e =
+                ProtoError::nx_error(Box::<Query>::default(), None, None, None, code, true, None);
+            hickory_resolver::ResolveError::from(e)
+        };
+        let of =
+            |kind: ProtoErrorKind| hickory_resolver::ResolveError::from(ProtoError::from(kind));
+        assert_eq!(
+            classify_dns_failure(&no_records(ResponseCode::NXDomain)),
+            ResolveError::NotFound
+        );
+        assert_eq!(
+            classify_dns_failure(&no_records(ResponseCode::NoError)),
+            ResolveError::NotFound
+        );
+        assert_eq!(
+            classify_dns_failure(&of(ProtoErrorKind::Timeout)),
+            ResolveError::Timeout
+        );
+        assert_eq!(
+            classify_dns_failure(&of(ProtoErrorKind::NoConnections)),
+            ResolveError::Unavailable
+        );
+        assert_eq!(
+            classify_dns_failure(&of(ProtoErrorKind::Busy)),
+            ResolveError::Unavailable
+        );
+    }
+
+    /// The range tables parse whole: a typo would silently open a range.
+    #[test]
+    fn r_sec_2_every_refused_range_parses() {
+        let (v4, v6) = refused_nets();
+        assert_eq!(v4.len(), REFUSED_V4.len());
+        assert_eq!(v6.len(), REFUSED_V6.len());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use uuid::Uuid;
 
-use crate::destination::{refused_because, DestinationPolicy};
+use crate::destination::{refused_because, DestinationPolicy, DnsResolver, ResolveError, Resolver};
 use crate::model::SinkKind;
 
 use self::signature::{headers as signature_headers, SigningKey};
@@ -67,43 +67,70 @@ pub struct WebhookClient {
 }
 
 /// Resolves names and refuses any answer that R-SEC-2 forbids (unless the host is allow-listed),
-/// so the address connected to is the address checked.
+/// at every new connection, so the address connected to is the address checked: a name that
+/// passed at create time and now answers a private address (DNS rebinding) is refused.
 #[derive(Debug)]
 struct CheckedResolver {
     policy: Arc<DestinationPolicy>,
+    resolver: Arc<dyn Resolver>,
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("destination not allowed: {0}")]
 struct NotAllowed(String);
 
+#[derive(Debug, thiserror::Error)]
+#[error("{host} could not be resolved: {why:?}")]
+struct Unresolved {
+    host: String,
+    why: ResolveError,
+}
+
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.policy.clone();
+        let (policy, resolver) = (self.policy.clone(), self.resolver.clone());
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed = policy.allows_host(SinkKind::Webhook, &host);
-            if !allowed {
-                if let Some(why) = addrs.iter().find_map(|a| refused_because(a.ip())) {
+            let ips = resolver.resolve(&host, 0).await.map_err(|why| {
+                Box::new(Unresolved {
+                    host: host.clone(),
+                    why,
+                })
+            })?;
+            if !policy.allows_host(SinkKind::Webhook, &host) {
+                if let Some(why) = ips.iter().find_map(|ip| refused_because(*ip)) {
                     return Err(
                         Box::new(NotAllowed(format!("{host} resolves to a {why} address")))
                             as Box<dyn std::error::Error + Send + Sync>,
                     );
                 }
             }
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+            let addrs = ips.into_iter().map(|ip| SocketAddr::new(ip, 0));
+            Ok(Box::new(addrs) as reqwest::dns::Addrs)
         })
     }
 }
 
+/// How long a webhook's name may take to resolve at connect.
+const CONNECT_DNS_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl WebhookClient {
+    /// The client on the system's DNS servers.
     pub fn new(policy: Arc<DestinationPolicy>) -> Result<Self, String> {
+        let resolver = Arc::new(DnsResolver::system(CONNECT_DNS_TIMEOUT)?);
+        Self::with_resolver(policy, resolver)
+    }
+
+    /// The client resolving names through `resolver` (every answer checked at connect).
+    pub fn with_resolver(
+        policy: Arc<DestinationPolicy>,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(CheckedResolver {
                 policy: policy.clone(),
+                resolver,
             }))
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(64)
@@ -356,6 +383,54 @@ mod tests {
             hits.load(std::sync::atomic::Ordering::SeqCst),
             0,
             "never connected"
+        );
+    }
+
+    /// Answers a public address on the first lookup and loopback on every later one: a name
+    /// rebound after it was checked.
+    #[derive(Debug, Default)]
+    struct Rebinding(std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl Resolver for Rebinding {
+        async fn resolve(&self, _: &str, _: u16) -> Result<Vec<IpAddr>, ResolveError> {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let ip = if n == 0 {
+                [93, 184, 216, 34]
+            } else {
+                [127, 0, 0, 1]
+            };
+            Ok(vec![IpAddr::from(ip)])
+        }
+    }
+
+    /// R-SEC-2 (issue 16): the connect-time check reads every answer at every connection, so a
+    /// name that resolved to a public address when the endpoint was checked and to loopback
+    /// when the attempt connects (DNS rebinding) is refused, never connected to.
+    #[tokio::test]
+    async fn r_sec_2_a_name_rebound_to_a_private_address_after_the_check_is_refused_at_connect() {
+        let (addr, hits) = answering(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()).await;
+        let resolver = Arc::new(Rebinding::default());
+        let policy = Arc::new(DestinationPolicy::default());
+        let endpoint = format!("https://rebound.example:{}/hook", addr.port());
+        crate::destination::check_endpoint(&policy, &*resolver, SinkKind::Webhook, Some(&endpoint))
+            .await
+            .expect("the first answer is public: the endpoint passes its check");
+        let client = WebhookClient::with_resolver(policy, resolver.clone()).expect("client");
+        let outcome = client.send(&attempt(&endpoint), &keys()).await;
+        assert_eq!(
+            outcome.error_class,
+            Some(ErrorClass::DestinationNotAllowed),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "never connected"
+        );
+        assert!(
+            resolver.0.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+            "resolved again"
         );
     }
 }
