@@ -386,7 +386,8 @@ impl Control {
                     "a partner manages push subscriptions only, not pull (R-CP-17)",
                 ));
             }
-            if let Err(e) = check_endpoint(
+            let mut fields = fields;
+            match check_endpoint(
                 &self.policy,
                 &*self.resolver,
                 fields.sink_kind,
@@ -394,7 +395,9 @@ impl Control {
             )
             .await
             {
-                return Outcome::Refused(e);
+                // Stored in the form deliveries use (issue 16).
+                Ok(used) => fields.endpoint = used,
+                Err(e) => return Outcome::Refused(e),
             }
             if let Err(e) = self.catalog.check(
                 &fields.event_types,
@@ -531,21 +534,20 @@ impl Control {
                     return Outcome::Refused(store_error(ControlStoreError::Conflict));
                 }
             }
-            let edit = match parse_object(body).and_then(|o| validate_edit(&o, &current)) {
+            let mut edit = match parse_object(body).and_then(|o| validate_edit(&o, &current)) {
                 Ok(e) => e,
                 Err(e) => return Outcome::Refused(e),
             };
-            if let Some(endpoint) = &edit.endpoint {
-                if let Err(e) = check_endpoint(
-                    &self.policy,
-                    &*self.resolver,
-                    current.sink_kind,
-                    Some(endpoint),
-                )
-                .await
+            if let Some(sent) = &edit.endpoint {
+                match check_endpoint(&self.policy, &*self.resolver, current.sink_kind, Some(sent))
+                    .await
                 {
-                    return Outcome::Refused(e);
+                    // Stored in the form deliveries use (issue 16).
+                    Ok(used) => edit.endpoint = used,
+                    Err(e) => return Outcome::Refused(e),
                 }
+            }
+            if let Some(endpoint) = &edit.endpoint {
                 if current.verification_state == VerificationState::Active
                     && current.endpoint.as_ref() != Some(endpoint)
                 {

@@ -1508,7 +1508,60 @@ async fn r_sec_1_no_secret_in_reads_errors_or_logs(store: Store) {
     }
 }
 
+/// Issue 16 (R-SEC-2): an endpoint is stored in the form deliveries use — what a read shows is
+/// what is called — and a spelling the URL parser would repair silently is refused, writing
+/// nothing.
+async fn r_sec_2_endpoints_are_stored_as_used(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-norm", ALL);
+    let body = |name: &str, endpoint: &str| {
+        json!({"name": name, "sink_kind": "webhook", "endpoint": endpoint}).to_string()
+    };
+    let refused = create(&hub, &tok, "n0", &body("bad", " http://127.0.0.1:9/hook")).await;
+    assert_eq!(
+        (refused.status, refused.json["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_endpoint"))
+    );
+    let listed = call(&hub, "GET", "/v1/subscriptions", Some(&tok), &[], "").await;
+    assert_eq!(listed.json["items"], json!([]), "nothing written");
+
+    let created = create(
+        &hub,
+        &tok,
+        "n1",
+        &body("ok", "HTTP://127.0.0.1:9/a/../hook"),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.json);
+    assert_eq!(created.json["endpoint"], "http://127.0.0.1:9/hook");
+    let id = created.json["id"].as_str().expect("id");
+    let patched = call(
+        &hub,
+        "PATCH",
+        &format!("/v1/subscriptions/{id}"),
+        Some(&tok),
+        &[
+            ("x-idempotency", "n2"),
+            ("content-type", "application/json"),
+        ],
+        &json!({"schema_major": 1, "endpoint": "http://127.0.0.1:9/./moved"}).to_string(),
+    )
+    .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.json);
+    let read = call(
+        &hub,
+        "GET",
+        &format!("/v1/subscriptions/{id}"),
+        Some(&tok),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(read.json["endpoint"], "http://127.0.0.1:9/moved");
+}
+
 on_both_stores!(
+    r_sec_2_endpoints_are_stored_as_used,
     r_sec_1_no_secret_in_reads_errors_or_logs,
     r_cp_1_no_token_is_401_and_a_missing_permission_403,
     r_cp_3_create_returns_the_secret_once_and_reads_never_show_it,

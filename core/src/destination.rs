@@ -288,9 +288,50 @@ fn invalid_endpoint(why: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidEndpoint, why)
 }
 
-/// Checks `endpoint` for a subscription of `kind`: its shape, then every address it names or
-/// resolves to. Nothing is written before this passes.
+/// Checks `endpoint` for a subscription of `kind` — its shape, then every address it names or
+/// resolves to — and gives it in the one form the hub stores and uses (issue 16): a URL as the
+/// URL parser reads it (host lower-cased, default port dropped, `/` for an empty path), so what
+/// a read shows is what deliveries call. A spelling the parser would silently repair is refused
+/// instead: whitespace or control characters anywhere (a CRLF inside, a leading space), or a
+/// scheme not followed by `//` (`https:host`). Nothing is written before this passes.
 pub async fn check_endpoint(
+    policy: &DestinationPolicy,
+    resolver: &dyn Resolver,
+    kind: SinkKind,
+    endpoint: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let Some(endpoint) = endpoint else {
+        return check_endpoint_as_sent(policy, resolver, kind, None)
+            .await
+            .map(|()| None);
+    };
+    if endpoint
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(invalid_endpoint(
+            "an endpoint has no spaces or control characters",
+        ));
+    }
+    check_endpoint_as_sent(policy, resolver, kind, Some(endpoint)).await?;
+    match kind {
+        SinkKind::Webhook | SinkKind::Rabbitmq => {
+            let url =
+                url::Url::parse(endpoint).map_err(|_| invalid_endpoint("endpoint is not a URL"))?;
+            if !endpoint[url.scheme().len()..].starts_with("://") {
+                return Err(invalid_endpoint(format!(
+                    "write the endpoint as {}://host/…",
+                    url.scheme()
+                )));
+            }
+            Ok(Some(url.to_string()))
+        }
+        _ => Ok(Some(endpoint.to_owned())),
+    }
+}
+
+/// The shape and address rules of [`check_endpoint`], on the endpoint as sent.
+async fn check_endpoint_as_sent(
     policy: &DestinationPolicy,
     resolver: &dyn Resolver,
     kind: SinkKind,
@@ -537,7 +578,74 @@ mod tests {
     }
 
     async fn check(kind: SinkKind, endpoint: &str, r: Fixed) -> Result<(), ApiError> {
-        check_endpoint(&DestinationPolicy::default(), &r, kind, Some(endpoint)).await
+        check_endpoint(&DestinationPolicy::default(), &r, kind, Some(endpoint))
+            .await
+            .map(drop)
+    }
+
+    /// Issue 16: the endpoint is stored as it is used; a spelling the URL parser would repair
+    /// silently is refused.
+    #[tokio::test]
+    async fn r_sec_2_endpoints_are_kept_in_the_form_used_and_silent_repairs_refused() {
+        let policy = DestinationPolicy::default();
+        let normal = |kind, e: &'static str| {
+            let policy = policy.clone();
+            async move { check_endpoint(&policy, &public(), kind, Some(e)).await }
+        };
+        for (kind, sent, kept) in [
+            (
+                SinkKind::Webhook,
+                "https://Example.COM:443",
+                "https://example.com/",
+            ),
+            (
+                SinkKind::Webhook,
+                "https://example.com/a/../hook?x=1",
+                "https://example.com/hook?x=1",
+            ),
+            (
+                SinkKind::Webhook,
+                "https://bücher.example/h",
+                "https://xn--bcher-kva.example/h",
+            ),
+            (
+                SinkKind::Rabbitmq,
+                "amqps://mq.example:5671/vh?exchange=x",
+                "amqps://mq.example:5671/vh?exchange=x",
+            ),
+            (
+                SinkKind::Sqs,
+                "arn:aws:sqs:us-east-1:123456789012:q",
+                "arn:aws:sqs:us-east-1:123456789012:q",
+            ),
+        ] {
+            let got = normal(kind, sent).await.expect(sent);
+            assert_eq!(got.as_deref(), Some(kept), "{sent}");
+        }
+        for (kind, sent) in [
+            (SinkKind::Webhook, "https://example.com/ho\r\nok"),
+            (SinkKind::Webhook, " https://example.com/hook"),
+            (SinkKind::Webhook, "https://example.com/hook "),
+            (SinkKind::Webhook, "https://exa\tmple.com/"),
+            (SinkKind::Webhook, "https:example.com/hook"),
+            (SinkKind::Webhook, "https:/example.com/hook"),
+            (SinkKind::Webhook, "https://example.com:0/hook"),
+            (SinkKind::Rabbitmq, "amqp:mq.example/?routing_key=k"),
+            (
+                SinkKind::Eventbridge,
+                "arn:aws:events:us-east-1:123456789012:event-bus/b?endpoint=https://10.0.0.1",
+            ),
+            (SinkKind::Sqs, "arn:aws:sqs:us-east-1:123456789012:q\n"),
+        ] {
+            let e = normal(kind, sent).await.expect_err(sent);
+            assert_eq!(e.code.as_str(), "invalid_endpoint", "{sent:?}");
+        }
+        assert_eq!(
+            check_endpoint(&policy, &public(), SinkKind::Pull, None)
+                .await
+                .expect("pull"),
+            None
+        );
     }
 
     fn public() -> Fixed {
@@ -638,6 +746,7 @@ mod tests {
                     Some("https://x")
                 )
                 .await
+                .map(drop)
             ),
             "invalid_endpoint"
         );
