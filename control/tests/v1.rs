@@ -316,51 +316,6 @@ async fn r_cp_2_names_are_unique_per_tenant_until_deleted(store: Store) {
     assert_ne!(id, first_id);
 }
 
-async fn r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing(store: Store) {
-    let hub = hub(store).await;
-    let (a, b) = (hub.token("t-a", ALL), hub.token("t-b", ALL));
-    let created = create(&hub, &a, "k", &webhook("mine")).await;
-    let id = created.json["id"].as_str().expect("id").to_owned();
-    let etag = created.headers["etag"].to_str().expect("etag").to_owned();
-    let path = format!("/v1/subscriptions/{id}");
-    for (method, p, headers, body) in [
-        ("GET", path.clone(), vec![], String::new()),
-        (
-            "PATCH",
-            path.clone(),
-            vec![("x-idempotency", "p")],
-            json!({"schema_major": 1, "name": "x"}).to_string(),
-        ),
-        (
-            "DELETE",
-            path.clone(),
-            vec![("x-idempotency", "d")],
-            String::new(),
-        ),
-        ("POST", format!("{path}/pause"), vec![], String::new()),
-        ("POST", format!("{path}/resume"), vec![], String::new()),
-    ] {
-        let r = call(&hub, method, &p, Some(&b), &headers, &body).await;
-        assert_eq!(
-            (r.status, r.json["code"].as_str()),
-            (StatusCode::NOT_FOUND, Some("subscription_not_found")),
-            "{method} {p}"
-        );
-    }
-    let after = call(&hub, "GET", &path, Some(&a), &[], "").await;
-    assert_eq!(
-        after.headers["etag"].to_str().expect("etag"),
-        etag,
-        "unchanged"
-    );
-    assert_eq!(
-        call(&hub, "GET", "/v1/subscriptions", Some(&b), &[], "")
-            .await
-            .json["items"],
-        json!([])
-    );
-}
-
 async fn r_cp_10_patch_with_etags(store: Store) {
     let hub = hub(store).await;
     let tok = hub.token("t-1", ALL);
@@ -1560,6 +1515,10 @@ async fn r_sec_2_endpoints_are_stored_as_used(store: Store) {
     assert_eq!(read.json["endpoint"], "http://127.0.0.1:9/moved");
 }
 
+#[path = "v1/isolation.rs"]
+mod isolation;
+use isolation::r_sec_3_every_route_of_every_transport_reads_another_tenants_id_as_absent;
+
 on_both_stores!(
     r_sec_2_endpoints_are_stored_as_used,
     r_sec_1_no_secret_in_reads_errors_or_logs,
@@ -1568,7 +1527,7 @@ on_both_stores!(
     r_cp_13_idempotency_replay_conflict_and_missing_key,
     r_cp_13_two_simultaneous_creates_with_one_key_make_one_subscription,
     r_cp_2_names_are_unique_per_tenant_until_deleted,
-    r_sec_3_another_tenants_id_is_404_everywhere_and_changes_nothing,
+    r_sec_3_every_route_of_every_transport_reads_another_tenants_id_as_absent,
     r_cp_10_patch_with_etags,
     r_cp_11_pause_and_resume_are_repeatable,
     r_sec_2_destinations_are_checked_before_any_write,
