@@ -22,17 +22,22 @@ pub enum SinkKind {
 
 impl std::fmt::Display for SinkKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        f.write_str(self.as_str())
+    }
+}
+
+impl SinkKind {
+    /// The kind as the API and the metrics name it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
             SinkKind::Webhook => "webhook",
             SinkKind::Pull => "pull",
             SinkKind::Sqs => "sqs",
             SinkKind::Rabbitmq => "rabbitmq",
             SinkKind::Eventbridge => "eventbridge",
-        })
+        }
     }
-}
 
-impl SinkKind {
     /// A new subscription's state: pull has no destination to probe, so it is active at once
     /// (R-CP-14); every push kind waits for a successful probe (R-CP-4).
     pub fn state_at_creation(self) -> VerificationState {

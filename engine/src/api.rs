@@ -130,6 +130,8 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
         &api.readiness.check().await,
     ));
     out.push_str(&hub_core::listener::render_metrics("streaming_hub"));
+    // Last: the library's text ends with `# EOF`.
+    out.push_str(&crate::telemetry::METRICS.render());
     out
 }
 

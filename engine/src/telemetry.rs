@@ -2,6 +2,13 @@
 
 use std::fmt::Write;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
 use crate::verdict::{QuarantineReason, VerdictSnapshot};
 
 /// Records per outcome of ingest, each record counted once: `stored` (accepted and new),
@@ -175,6 +182,205 @@ pub fn render_components(components: &[crate::readiness::Component]) -> String {
     out
 }
 
+/// The figures kept by `prometheus-client` (histograms, per-label families), registered under
+/// `streaming_hub_`: attempt duration per sink kind, producer→delivery latency, store write
+/// time per stage, failed attempts by class, open breakers, Kafka consumer lag per partition.
+/// One process-wide registry, written from the shards and read by a scrape.
+pub struct Metrics {
+    registry: Registry,
+    /// `streaming_hub_delivery_attempt_seconds{sink}`: one attempt, send to classified answer.
+    pub attempt_seconds: Family<SinkLabel, Histogram, fn() -> Histogram>,
+    /// `streaming_hub_delivery_latency_seconds{sink,since}`: a delivered event's age when its
+    /// destination took it — `since="produced"` from the producer's UUIDv7 time,
+    /// `since="received"` from the hub's receipt.
+    pub delivered_latency_seconds: Family<LatencyLabels, Histogram, fn() -> Histogram>,
+    /// `streaming_hub_delivery_failed_attempts_total{sink,class}`: failures by error class.
+    pub failed_attempts: Family<FailureLabels, Counter>,
+    /// `streaming_hub_store_write_seconds{stage}`: each store write phase's wall time.
+    pub store_write_seconds: Family<StageLabel, Histogram, fn() -> Histogram>,
+    /// `streaming_hub_delivery_breakers_open`: destinations whose circuit breaker is open or
+    /// half-open (R-DI-9).
+    pub breakers_open: Gauge,
+    /// `streaming_hub_kafka_consumer_lag{topic,partition}`: records behind the partition's end,
+    /// as librdkafka last reported (every 5 s).
+    pub consumer_lag: Family<PartitionLabels, Gauge>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabel {
+    pub sink: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    pub sink: &'static str,
+    pub since: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub sink: &'static str,
+    pub class: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    pub stage: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub topic: String,
+    pub partition: String,
+}
+
+/// 1 ms to ~33 s: an attempt or a store write.
+fn short_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// 5 ms to ~11 min: an event's age at delivery, retries included.
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 18))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("streaming_hub");
+        let attempt_seconds = Family::new_with_constructor(short_buckets as fn() -> Histogram);
+        let delivered_latency_seconds =
+            Family::new_with_constructor(latency_buckets as fn() -> Histogram);
+        let failed_attempts = Family::default();
+        let store_write_seconds = Family::new_with_constructor(short_buckets as fn() -> Histogram);
+        let breakers_open = Gauge::default();
+        let consumer_lag = Family::default();
+        registry.register(
+            "delivery_attempt_seconds",
+            "One delivery attempt's duration, per sink kind",
+            attempt_seconds.clone(),
+        );
+        registry.register(
+            "delivery_latency_seconds",
+            "A delivered event's age when its destination took it, since produced or received",
+            delivered_latency_seconds.clone(),
+        );
+        registry.register(
+            "delivery_failed_attempts",
+            "Failed delivery attempts per sink kind and error class",
+            failed_attempts.clone(),
+        );
+        registry.register(
+            "store_write_seconds",
+            "Store write time per stage",
+            store_write_seconds.clone(),
+        );
+        registry.register(
+            "delivery_breakers_open",
+            "Destinations whose circuit breaker is open or half-open",
+            breakers_open.clone(),
+        );
+        registry.register(
+            "kafka_consumer_lag",
+            "Records behind each consumed partition's end",
+            consumer_lag.clone(),
+        );
+        Self {
+            registry,
+            attempt_seconds,
+            delivered_latency_seconds,
+            failed_attempts,
+            store_write_seconds,
+            breakers_open,
+            consumer_lag,
+        }
+    }
+
+    /// The registry in the Prometheus text format (ends with `# EOF`: render it last).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// The process's metrics.
+pub static METRICS: std::sync::LazyLock<Metrics> = std::sync::LazyLock::new(Metrics::new);
+
+/// A settled attempt, as a metric: its duration, and its failure class or the delivered event's
+/// age (since the producer stamped its UUIDv7 id, and since the hub received it).
+pub fn attempt_settled(
+    sink: hub_core::model::SinkKind,
+    outcome: &hub_core::sink::outcome::Outcome,
+    event_id: uuid::Uuid,
+    received_at_ms: i64,
+    now_ms: i64,
+) {
+    let sink = sink.as_str();
+    METRICS
+        .attempt_seconds
+        .get_or_create(&SinkLabel { sink })
+        .observe(outcome.duration_ms as f64 / 1000.0);
+    if let Some(class) = outcome.error_class {
+        METRICS
+            .failed_attempts
+            .get_or_create(&FailureLabels {
+                sink,
+                class: class.as_str(),
+            })
+            .inc();
+        return;
+    }
+    let age = |since_ms: i64| (now_ms - since_ms).max(0) as f64 / 1000.0;
+    if let Some(produced_ms) = event_id.get_timestamp().map(|t| {
+        let (s, n) = t.to_unix();
+        i64::try_from(s).unwrap_or(0) * 1000 + i64::from(n / 1_000_000)
+    }) {
+        METRICS
+            .delivered_latency_seconds
+            .get_or_create(&LatencyLabels {
+                sink,
+                since: "produced",
+            })
+            .observe(age(produced_ms));
+    }
+    METRICS
+        .delivered_latency_seconds
+        .get_or_create(&LatencyLabels {
+            sink,
+            since: "received",
+        })
+        .observe(age(received_at_ms));
+}
+
+/// librdkafka's statistics: each assigned partition's consumer lag (`-1`, unknown, is dropped).
+pub fn kafka_statistics(stats: &rdkafka::Statistics) {
+    for (topic, t) in &stats.topics {
+        for (partition, p) in &t.partitions {
+            if *partition < 0 {
+                continue; // librdkafka's internal "unassigned" partition
+            }
+            let labels = PartitionLabels {
+                topic: topic.clone(),
+                partition: partition.to_string(),
+            };
+            if p.consumer_lag >= 0 {
+                METRICS
+                    .consumer_lag
+                    .get_or_create(&labels)
+                    .set(p.consumer_lag);
+            } else {
+                METRICS.consumer_lag.remove(&labels);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +407,88 @@ mod tests {
         for stage in ["ingest_batch", "delivery_page"] {
             count_of(&after, stage);
         }
+    }
+
+    /// Every metric family named in Prometheus text: `# TYPE` lines and samples.
+    fn families(text: &str) -> std::collections::HashSet<String> {
+        text.lines()
+            .filter_map(|l| match l.strip_prefix("# TYPE ") {
+                Some(typed) => typed.split_whitespace().next(),
+                None if l.starts_with('#') => None,
+                None => l.split(['{', ' ']).next(),
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// R-OP-3 (issue 16): the Grafana dashboard is built from what the processes expose — every
+    /// metric it queries is a family the engine or the control process renders.
+    #[test]
+    fn r_op_3_the_dashboard_queries_only_exposed_metrics() {
+        // Touch every labelled family so the library renders it.
+        attempt_settled(
+            hub_core::model::SinkKind::Webhook,
+            &hub_core::sink::outcome::Outcome::delivered(Some(204), std::time::Duration::ZERO),
+            uuid::Uuid::now_v7(),
+            0,
+            1,
+        );
+        METRICS
+            .failed_attempts
+            .get_or_create(&FailureLabels {
+                sink: "webhook",
+                class: "timeout",
+            })
+            .inc_by(0);
+        METRICS
+            .store_write_seconds
+            .get_or_create(&StageLabel { stage: "append" })
+            .observe(0.0);
+        METRICS
+            .consumer_lag
+            .get_or_create(&PartitionLabels {
+                topic: "t".into(),
+                partition: "0".into(),
+            })
+            .set(0);
+        let text = [
+            render_ingest(&VerdictSnapshot::default()),
+            render_delivery(&crate::delivery::lane::DeliveryCounters::default()),
+            render_store_failures(),
+            render_pending(0),
+            render_components(&[]),
+            hub_core::listener::render_metrics("streaming_hub"),
+            hub_core::listener::render_metrics("hub_control"),
+            METRICS.render(),
+        ]
+        .concat();
+        let mut exposed = families(&text);
+        exposed.extend([
+            "hub_control_answers_total".to_owned(),
+            "hub_control_component_up".to_owned(),
+        ]);
+        let dashboard = include_str!("../../deploy/grafana/streaming-hub.json");
+        let doc: serde_json::Value = serde_json::from_str(dashboard).expect("dashboard JSON");
+        let mut queried = 0;
+        for panel in doc["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                let expr = target["expr"].as_str().expect("expr");
+                for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    if !(word.starts_with("streaming_hub_") || word.starts_with("hub_control_")) {
+                        continue;
+                    }
+                    let family = ["_bucket", "_count", "_sum"]
+                        .iter()
+                        .find_map(|s| word.strip_suffix(s))
+                        .unwrap_or(word);
+                    assert!(
+                        exposed.contains(word) || exposed.contains(family),
+                        "the dashboard queries {word}, which nothing exposes"
+                    );
+                    queried += 1;
+                }
+            }
+        }
+        assert!(queried >= 15, "the dashboard's queries were read");
     }
 }

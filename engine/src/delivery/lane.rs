@@ -532,8 +532,27 @@ impl DeliveryLane {
             .breakers
             .get_mut(&(f.job.tenant.clone(), f.destination.clone()))
         {
+            let was_closed = matches!(b.state, super::breaker::State::Closed { .. });
             b.record(now, outcome.success);
+            let is_closed = matches!(b.state, super::breaker::State::Closed { .. });
+            let open = &crate::telemetry::METRICS.breakers_open;
+            match (was_closed, is_closed) {
+                (true, false) => {
+                    open.inc();
+                }
+                (false, true) => {
+                    open.dec();
+                }
+                _ => {}
+            }
         }
+        crate::telemetry::attempt_settled(
+            f.sub.sink_kind,
+            &outcome,
+            f.job.event_id,
+            f.job.received_at_ms,
+            now,
+        );
         if lane.marks.due(&f.sub, outcome.success, now) {
             self.mark(f.job.tenant.clone(), f.sub.id, outcome.success, now);
         }

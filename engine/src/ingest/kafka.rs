@@ -64,6 +64,11 @@ impl rdkafka::client::ClientContext for HubContext {
             tracing::error!(error = %error, reason, "kafka client error");
         }
     }
+
+    /// Every `statistics.interval.ms`: the consumer lag per partition, for `/metrics`.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        crate::telemetry::kafka_statistics(&statistics);
+    }
 }
 
 impl rdkafka::consumer::ConsumerContext for HubContext {}
@@ -91,6 +96,8 @@ pub fn consumer(
             settings.metadata_refresh_ms.to_string(),
         )
         .set("queued.max.messages.kbytes", "65536")
+        // Consumer lag per partition for `/metrics` (`HubContext::stats`).
+        .set("statistics.interval.ms", "5000")
         .set(
             "session.timeout.ms",
             settings.session_timeout_ms.to_string(),

@@ -37,6 +37,12 @@ impl PhaseTimings {
             c.fetch_add(1, Ordering::Relaxed);
             n.fetch_add(nanos, Ordering::Relaxed);
         }
+        if let Some(stage) = self.names.get(index) {
+            crate::telemetry::METRICS
+                .store_write_seconds
+                .get_or_create(&crate::telemetry::StageLabel { stage })
+                .observe(nanos as f64 / 1e9);
+        }
     }
 
     pub fn snapshot(&self) -> Vec<PhaseTotal> {

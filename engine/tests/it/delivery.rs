@@ -444,7 +444,44 @@ async fn produced_events_reach_a_verified_webhook_signed(backend: Backend) {
     let m = engine.metrics().await;
     assert!(m["streaming_hub_delivery_outcomes_total{outcome=\"delivered\"}"] >= 300);
     assert_eq!(m["streaming_hub_delivery_pending_jobs"], 0);
+    operator_metrics_are_exposed(&engine).await;
     engine.stop();
+}
+
+/// R-OP-3 (issue 16): the histograms and gauges an operator alerts on — attempt duration per
+/// sink kind, producer→delivery latency, store write time per stage, open breakers, Kafka
+/// consumer lag per partition (librdkafka reports it every five seconds).
+async fn operator_metrics_are_exposed(engine: &Engine) {
+    let m = engine.metrics().await;
+    assert!(m["streaming_hub_delivery_attempt_seconds_count{sink=\"webhook\"}"] >= 300);
+    for since in ["produced", "received"] {
+        let key = format!(
+            "streaming_hub_delivery_latency_seconds_count{{sink=\"webhook\",since=\"{since}\"}}"
+        );
+        assert!(m.get(&key).is_some_and(|n| *n >= 300), "{key}");
+    }
+    assert!(
+        m.iter().any(
+            |(k, n)| k.starts_with("streaming_hub_store_write_seconds_count{stage=") && *n > 0
+        ),
+        "store write stages"
+    );
+    assert_eq!(
+        m["streaming_hub_delivery_breakers_open"], 0,
+        "no breaker opened"
+    );
+    let mut lag_seen = false;
+    for _ in 0..30 {
+        let m = engine.metrics().await;
+        lag_seen = m
+            .keys()
+            .any(|k| k.starts_with("streaming_hub_kafka_consumer_lag{topic=\"lerian.streaming."));
+        if lag_seen {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(lag_seen, "consumer lag per partition");
 }
 
 /// A running engine on a fresh data directory with a scripted receiver and one tenant's API.
