@@ -23,6 +23,9 @@ use tokio::sync::Semaphore;
 
 use crate::error::{ApiError, ErrorCode};
 
+mod tls;
+pub use tls::{ServerTls, TlsFiles};
+
 /// How much a listener lets its clients hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerLimits {
@@ -99,6 +102,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ListenerLimits,
+    tls: Option<Arc<ServerTls>>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let app = app.layer(axum::middleware::from_fn_with_state(
@@ -141,6 +145,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
         let (connections, watcher) = (connections.clone(), graceful.watcher());
+        let tls = tls.clone();
         tokio::spawn(async move {
             // The protocol is told from the first bytes, before HTTP/1's header timer runs: a
             // socket that sends nothing at all is closed here.
@@ -149,16 +154,39 @@ pub async fn serve(
             if !matches!(spoke.await, Ok(Ok(n)) if n > 0) {
                 return;
             }
-            let connection = connections
-                .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                .into_owned();
-            // A timed-out or reset connection is the client's business, not an error of ours.
-            let _ = watcher.watch(connection).await;
+            match tls {
+                None => serve_connection(&connections, stream, service, watcher).await,
+                Some(tls) => {
+                    let handshake = tokio_rustls::TlsAcceptor::from(tls.config()).accept(stream);
+                    // A handshake is bounded like headers are; a failed one is the client's.
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(limits.header_timeout, handshake).await
+                    {
+                        serve_connection(&connections, stream, service, watcher).await;
+                    }
+                }
+            }
             drop(permit);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// Serves HTTP (either version, with upgrades) on one connection until it ends.
+async fn serve_connection<I>(
+    connections: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: TowerToHyperService<Router>,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let connection = connections
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
+    // A timed-out or reset connection is the client's business, not an error of ours.
+    let _ = watcher.watch(connection).await;
 }
 
 /// Reads the request's body whole within the body timeout and size limit before any route sees
@@ -244,7 +272,7 @@ mod tests {
             );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(serve(listener, app, limits, std::future::pending()));
+        tokio::spawn(serve(listener, app, limits, None, std::future::pending()));
         addr
     }
 
@@ -382,5 +410,109 @@ mod tests {
             fourth.is_some_and(|a| a.starts_with("HTTP/1.1 200")),
             "a freed slot is used"
         );
+    }
+
+    /// A self-signed certificate for 127.0.0.1 (openssl), written as `cert.pem` and `key.pem`.
+    fn self_signed(dir: &std::path::Path, name: &str) -> (TlsFiles, Vec<u8>) {
+        let files = TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        // An end-entity certificate (not a CA: rustls refuses a CA as a server's identity).
+        let config = dir.join("openssl.cnf");
+        let extensions = "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\n\
+                          keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n";
+        let text = format!(
+            "[req]\ndistinguished_name=dn\nx509_extensions=ext\nprompt=no\n\
+             [dn]\nCN={name}\n[ext]\n{extensions}"
+        );
+        std::fs::write(&config, text).expect("openssl config");
+        let made = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec"])
+            .args([
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "1",
+            ])
+            .arg("-config")
+            .arg(&config)
+            .arg("-keyout")
+            .arg(&files.key)
+            .arg("-out")
+            .arg(&files.cert)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let pem = std::fs::read(&files.cert).expect("cert");
+        (files, pem)
+    }
+
+    async fn get_over_tls(addr: std::net::SocketAddr, trusted: &[u8]) -> Result<String, String> {
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(trusted).expect("pem"))
+            .build()
+            .expect("client");
+        let r = client
+            .get(format!("https://{addr}/"))
+            .send()
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        r.text().await.map_err(|e| e.to_string())
+    }
+
+    /// Issue 16 (R-OP-3): TLS on the listener from PEM files; a renewed certificate written
+    /// over them is served to new connections without a restart, and a broken one is refused
+    /// while the one in use stays.
+    #[tokio::test]
+    async fn r_op_3_tls_is_served_from_files_and_a_renewed_certificate_is_picked_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (files, first) = self_signed(dir.path(), "first");
+        let tls = ServerTls::load(files.clone()).expect("tls");
+        tls.clone().watch(Duration::from_millis(100));
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let limits = limits(16, 5_000, 5_000);
+        tokio::spawn(serve(
+            listener,
+            app,
+            limits,
+            Some(tls.clone()),
+            std::future::pending(),
+        ));
+        assert_eq!(get_over_tls(addr, &first).await.as_deref(), Ok("ok"));
+        let mut plain = TcpStream::connect(addr).await.expect("connect");
+        assert!(
+            !get(&mut plain).await.starts_with("HTTP/1.1 200"),
+            "no plain HTTP"
+        );
+
+        // Renewed: new connections get the new certificate.
+        tokio::time::sleep(Duration::from_millis(1100)).await; // a new modification time
+        let (_, second) = self_signed(dir.path(), "second");
+        let mut renewed = false;
+        for _ in 0..50 {
+            if get_over_tls(addr, &second).await.is_ok() {
+                renewed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(renewed, "the renewed certificate is served");
+        assert!(
+            get_over_tls(addr, &first).await.is_err(),
+            "the old one is gone"
+        );
+
+        // A broken certificate is refused; the renewed one stays in use.
+        std::fs::write(&files.cert, "not a certificate").expect("write");
+        assert!(tls.reload().is_err());
+        assert_eq!(get_over_tls(addr, &second).await.as_deref(), Ok("ok"));
     }
 }

@@ -126,6 +126,11 @@ pub struct HubConfig {
     /// How long a request's whole body may take (408 past it). Env
     /// `STREAMING_HUB_HTTP_BODY_TIMEOUT_MS`. Default 30 s.
     pub http_body_timeout_ms: u64,
+    /// TLS on the HTTP listener: a PEM certificate chain, with `tls_key_file`, read again when
+    /// either file changes or on SIGHUP. Env `STREAMING_HUB_TLS_CERT_FILE`. Unset: plain TCP.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The certificate's PEM private key. Env `STREAMING_HUB_TLS_KEY_FILE`.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for HubConfig {
@@ -163,6 +168,8 @@ impl Default for HubConfig {
             http_max_connections: 1024,
             http_header_timeout_ms: 30_000,
             http_body_timeout_ms: 30_000,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -320,6 +327,12 @@ impl HubConfig {
         if let Some((k, v)) = env("HTTP_BODY_TIMEOUT_MS") {
             self.http_body_timeout_ms = parse(&k, v)?;
         }
+        if let Some((_, v)) = env("TLS_CERT_FILE") {
+            self.tls_cert_file = (!v.is_empty()).then(|| v.into());
+        }
+        if let Some((_, v)) = env("TLS_KEY_FILE") {
+            self.tls_key_file = (!v.is_empty()).then(|| v.into());
+        }
         if let Some((_, v)) = env("CONTROL_URL") {
             self.control_url = (!v.is_empty()).then(|| v.trim_end_matches('/').to_owned());
         }
@@ -335,6 +348,26 @@ impl HubConfig {
             body_timeout: Duration::from_millis(self.http_body_timeout_ms.max(1)),
             max_body_bytes: self.max_value_bytes.saturating_mul(2).max(2 * 1024 * 1024),
         }
+    }
+
+    /// The listener's TLS, read from the configured files and followed for changes; `None` for
+    /// plain TCP. Both files or neither.
+    pub fn listener_tls(
+        &self,
+    ) -> anyhow::Result<Option<std::sync::Arc<hub_core::listener::ServerTls>>> {
+        let files = match (&self.tls_cert_file, &self.tls_key_file) {
+            (None, None) => return Ok(None),
+            (Some(cert), Some(key)) => hub_core::listener::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => anyhow::bail!(
+                "TLS needs both STREAMING_HUB_TLS_CERT_FILE and STREAMING_HUB_TLS_KEY_FILE"
+            ),
+        };
+        let tls = hub_core::listener::ServerTls::load(files).map_err(anyhow::Error::msg)?;
+        tls.clone().watch(Duration::from_secs(5));
+        Ok(Some(tls))
     }
 
     /// Whether HTTP ingest is served: as set, else only when Kafka is not configured (R-SEC-4).

@@ -57,11 +57,12 @@ pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
         tracing::info!(addr = %listener.local_addr()?, "control plane listening (REST /v1, /graphql, gRPC)");
         let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
         let limits = hub.listener_limits();
+        let tls = hub.listener_tls()?;
         let server = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopping.await;
             };
-            hub_core::listener::serve(listener, app, limits, shutdown).await;
+            hub_core::listener::serve(listener, app, limits, tls, shutdown).await;
         });
         stopped.await;
         tracing::info!("stopping");

@@ -179,6 +179,10 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.http_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "http ingest and admin listening");
     let listener_limits = config.listener_limits();
+    let listener_tls = {
+        let _runtime = tokio.enter(); // the certificate watcher runs on it
+        config.listener_tls()?
+    };
     let server = {
         let stop = stop.clone();
         tokio.spawn(async move {
@@ -191,7 +195,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
-            hub_core::listener::serve(listener, app, listener_limits, shutdown).await
+            hub_core::listener::serve(listener, app, listener_limits, listener_tls, shutdown).await
         })
     };
 
