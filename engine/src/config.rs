@@ -58,6 +58,11 @@ pub struct HubConfig {
     pub http_addr: SocketAddr,
     /// Kafka bootstrap servers; Kafka ingest is off when unset. Env `STREAMING_HUB_KAFKA_BROKERS`.
     pub kafka_brokers: Option<String>,
+    /// How the Kafka clients reach the brokers: security protocol, SASL, CA (issue 16). File
+    /// table `[kafka_security]`; env `STREAMING_HUB_KAFKA_SECURITY_PROTOCOL`,
+    /// `…_KAFKA_SASL_MECHANISM`, `…_KAFKA_SASL_USERNAME`, `…_KAFKA_SASL_PASSWORD`,
+    /// `…_KAFKA_SSL_CA_FILE`. Default plaintext.
+    pub kafka_security: crate::ingest::kafka_security::KafkaSecurity,
     /// Whether `POST /ingest/<source>` is served (R-SEC-4; always behind an `ingest` token).
     /// Env `STREAMING_HUB_HTTP_INGEST` (`true`/`false`). Default: on without Kafka, off with it.
     pub http_ingest: Option<bool>,
@@ -146,6 +151,7 @@ impl Default for HubConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             kafka_brokers: None,
             http_ingest: None,
+            kafka_security: Default::default(),
             kafka_group: "streaming-hub".into(),
             kafka_metadata_refresh_ms: 10_000,
             kafka_session_timeout_ms: 45_000,
@@ -260,6 +266,26 @@ impl HubConfig {
         }
         if let Some((_, v)) = env("KAFKA_BROKERS") {
             self.kafka_brokers = (!v.is_empty()).then_some(v);
+        }
+        for (name, field) in [
+            ("KAFKA_SECURITY_PROTOCOL", &mut self.kafka_security.protocol),
+            (
+                "KAFKA_SASL_MECHANISM",
+                &mut self.kafka_security.sasl_mechanism,
+            ),
+            (
+                "KAFKA_SASL_USERNAME",
+                &mut self.kafka_security.sasl_username,
+            ),
+            (
+                "KAFKA_SASL_PASSWORD",
+                &mut self.kafka_security.sasl_password,
+            ),
+            ("KAFKA_SSL_CA_FILE", &mut self.kafka_security.ssl_ca_file),
+        ] {
+            if let Some((_, v)) = env(name) {
+                *field = (!v.is_empty()).then_some(v);
+            }
         }
         if let Some((k, v)) = env("HTTP_INGEST") {
             self.http_ingest = Some(parse(&k, v)?);
@@ -405,6 +431,9 @@ impl HubConfig {
         if self.store == StoreKind::Cql && self.cql_node_list().is_empty() {
             return Err(ConfigError::Invalid("store = cql needs cql_nodes".into()));
         }
+        self.kafka_security
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         if self.kafka_group.is_empty() {
             return Err(ConfigError::Invalid("kafka_group must not be empty".into()));
         }

@@ -92,7 +92,9 @@ async fn attach_engine_store(control: &Control, hub: &HubConfig) -> anyhow::Resu
         relay: Some(cql),
     }));
     let kafka = match &hub.kafka_brokers {
-        Some(brokers) if hub.publish_hub_events => Some(hub_producer(brokers)?),
+        Some(brokers) if hub.publish_hub_events => {
+            Some(hub_producer(brokers, &hub.kafka_security)?)
+        }
         _ => None,
     };
     let _ = control.events.set(Arc::new(PipelineEvents {

@@ -168,9 +168,9 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             routing: delivery.routing.clone(),
             tokio: tokio.handle().clone(),
             kafka: match &config.kafka_brokers {
-                Some(brokers) if config.publish_hub_events => {
-                    Some(crate::delivery::hub_events::hub_producer(brokers)?)
-                }
+                Some(brokers) if config.publish_hub_events => Some(
+                    crate::delivery::hub_events::hub_producer(brokers, &config.kafka_security)?,
+                ),
                 _ => None,
             },
         }));
@@ -229,6 +229,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             // Ends well inside the stop's grace: the last offset commit (of what did become
             // durable) must still happen before the process gives up.
             drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),
+            security: config.kafka_security.clone(),
         };
         threads.extend(start_kafka(
             settings,

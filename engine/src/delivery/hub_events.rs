@@ -36,9 +36,14 @@ impl std::fmt::Debug for PipelineEvents {
 /// The topic hub events are published to.
 pub const HUB_TOPIC: &str = "lerian.streaming.hub";
 
-/// A producer for hub events on `brokers`.
-pub fn hub_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
-    Ok(ClientConfig::new()
+/// A producer for hub events on `brokers`, reached as `security` says.
+pub fn hub_producer(
+    brokers: &str,
+    security: &crate::ingest::kafka_security::KafkaSecurity,
+) -> anyhow::Result<FutureProducer> {
+    let mut config = ClientConfig::new();
+    security.apply(&mut config);
+    Ok(config
         .set("bootstrap.servers", brokers)
         .set("message.timeout.ms", "30000")
         .create()?)

@@ -37,6 +37,8 @@ pub struct KafkaSettings {
     /// How long a stop waits for the shards to make their queued records durable before the last
     /// offset commit.
     pub drain: Duration,
+    /// Security protocol, SASL and CA.
+    pub security: super::kafka_security::KafkaSecurity,
 }
 
 /// A durable position a shard reports back: everything before `next_offset` is stored.
@@ -84,7 +86,9 @@ pub fn consumer(
     settings: &KafkaSettings,
     group_suffix: &str,
 ) -> rdkafka::error::KafkaResult<HubConsumer> {
-    ClientConfig::new()
+    let mut config = ClientConfig::new();
+    settings.security.apply(&mut config);
+    config
         .set("bootstrap.servers", &settings.brokers)
         .set("group.id", format!("{}{group_suffix}", settings.group_id))
         .set("enable.auto.commit", "false")

@@ -6,6 +6,7 @@ pub mod dlq;
 pub mod http;
 pub mod jobs;
 pub mod kafka;
+pub mod kafka_security;
 pub mod router;
 pub mod shard;
 

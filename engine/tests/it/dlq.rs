@@ -90,15 +90,7 @@ async fn r_in_9_dead_lettered_records_are_observed_never_delivered() {
     assert_eq!(other_class["items"].as_array().map(Vec::len), Some(0));
 
     // Never an event: the tenant's inbox is empty.
-    let inbox: Value = client
-        .get(format!("{}/admin/events?tenant={tenant}", engine.http))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .expect("events")
-        .json()
-        .await
-        .expect("json");
+    let inbox = engine.admin_events(&operator, &tenant).await;
     assert_eq!(inbox["items"].as_array().map(Vec::len), Some(0), "{inbox}");
     delete_topic(&topic).await;
     engine.stop();

@@ -11,6 +11,7 @@ mod graphql_live;
 mod hubctl;
 mod ingest_http;
 mod ingest_kafka;
+mod kafka_security;
 mod keys;
 mod logs;
 mod partners;

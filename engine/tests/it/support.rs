@@ -159,6 +159,19 @@ impl Engine {
         }
     }
 
+    /// `tenant`'s stored events as `/admin/events` lists them (an operator's `admin` token).
+    pub async fn admin_events(&self, operator: &str, tenant: &str) -> serde_json::Value {
+        reqwest::Client::new()
+            .get(format!("{}/admin/events?tenant={tenant}", self.http))
+            .bearer_auth(operator)
+            .send()
+            .await
+            .expect("events")
+            .json()
+            .await
+            .expect("json")
+    }
+
     /// A producer of this engine's HTTP ingest, with a token for every source (R-SEC-4).
     pub fn producer(&self) -> Producer {
         let secret = match &self.ingest_token {

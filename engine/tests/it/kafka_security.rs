@@ -1,0 +1,105 @@
+//! Kafka over SASL and TLS (issue 16): the services' broker also listens on 127.0.0.1:9094 with
+//! SASL PLAIN (user `hub`) over TLS signed by the test CA. An engine configured for it is ready
+//! and ingests what producers wrote; with a wrong password it says Kafka is down, and never
+//! prints the password.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::delivery::{produce, Setup};
+use crate::support::{token, Backend};
+
+const KAFKA_SASL_SSL: &str = "127.0.0.1:9094";
+
+/// The test CA that signed the broker's certificate (made by `scripts/services`).
+fn test_ca() -> String {
+    let run = std::env::var("STREAMING_HUB_RUN_DIR")
+        .unwrap_or_else(|_| "/tmp/streaming-hub-services".into());
+    format!("{run}/tls/ca.pem")
+}
+
+fn sasl_ssl(password: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("STREAMING_HUB_KAFKA_BROKERS", KAFKA_SASL_SSL.into()),
+        ("STREAMING_HUB_KAFKA_SECURITY_PROTOCOL", "sasl_ssl".into()),
+        ("STREAMING_HUB_KAFKA_SASL_MECHANISM", "PLAIN".into()),
+        ("STREAMING_HUB_KAFKA_SASL_USERNAME", "hub".into()),
+        ("STREAMING_HUB_KAFKA_SASL_PASSWORD", password.into()),
+        ("STREAMING_HUB_KAFKA_SSL_CA_FILE", test_ca()),
+    ]
+}
+
+/// R-OP-3 (issue 16): the engine consumes over SASL_SSL with the CA it is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_3_the_engine_consumes_over_sasl_and_tls() {
+    let env = sasl_ssl("hub-secret");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let setup = Setup::start_with("kafka-sasl-ssl", Backend::Embedded, &env).await;
+    let sent = produce(&setup.tenant, 20).await;
+    let admin = token(setup.dir.path(), "ops", &["admin"]);
+    let mut stored = 0;
+    for _ in 0..100 {
+        let inbox = setup.engine.admin_events(&admin, &setup.tenant).await;
+        stored = inbox["items"].as_array().map_or(0, Vec::len);
+        if stored == sent.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(stored, sent.len(), "every record consumed over SASL_SSL");
+    setup.engine.stop();
+}
+
+/// Whether a component's last error is a check that failed, not "not checked yet".
+fn failed_check(component: &Value) -> bool {
+    component["last_error"]
+        .as_str()
+        .is_some_and(|e| !e.starts_with("not checked yet"))
+}
+
+/// R-OP-4 (issue 16): refused credentials keep the engine not ready, naming Kafka, and the
+/// password appears nowhere in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_4_refused_kafka_credentials_keep_the_engine_not_ready() {
+    let password = "not-the-password-7f3a";
+    let env = sasl_ssl(password);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = crate::support::Engine::start_with(
+        dir.path(),
+        &format!("kafka-bad-{}", uuid::Uuid::now_v7().simple()),
+        crate::support::free_port(),
+        Backend::Embedded,
+        &env,
+    );
+    // Down because a check failed (a last error), not merely because none ran yet.
+    let mut kafka = Value::Null;
+    for _ in 0..150 {
+        if let Ok(r) = reqwest::get(format!("{}/health", engine.http)).await {
+            let health: Value = r.json().await.unwrap_or(Value::Null);
+            let found = health["components"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["name"] == "kafka"))
+                .cloned();
+            if let Some(k) = found {
+                kafka = k;
+                if failed_check(&kafka) {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(kafka["state"], "down", "{kafka}");
+    assert!(failed_check(&kafka), "a failed check: {kafka}");
+    let ready = reqwest::get(format!("{}/ready", engine.http))
+        .await
+        .expect("ready");
+    assert_eq!(ready.status().as_u16(), 503);
+    assert!(
+        !engine.log_text().contains(password),
+        "the password is never logged"
+    );
+    engine.stop();
+}
