@@ -312,50 +312,82 @@ impl std::fmt::Debug for Metrics {
 /// The process's metrics.
 pub static METRICS: std::sync::LazyLock<Metrics> = std::sync::LazyLock::new(Metrics::new);
 
-/// A settled attempt, as a metric: its duration, and its failure class or the delivered event's
-/// age (since the producer stamped its UUIDv7 id, and since the hub received it).
-pub fn attempt_settled(
-    sink: hub_core::model::SinkKind,
-    outcome: &hub_core::sink::outcome::Outcome,
-    event_id: uuid::Uuid,
-    received_at_ms: i64,
-    now_ms: i64,
-) {
-    let sink = sink.as_str();
-    METRICS
-        .attempt_seconds
-        .get_or_create(&SinkLabel { sink })
-        .observe(outcome.duration_ms as f64 / 1000.0);
-    if let Some(class) = outcome.error_class {
+/// A settled delivery attempt (STYLE §9: one typed event gives the log line and the metrics).
+/// The log line names tenant, subscription and event; the metrics record the attempt's
+/// duration, and the failure's class or the delivered event's age (since the producer stamped
+/// its UUIDv7 id, and since the hub received it).
+#[derive(Debug)]
+pub struct AttemptSettled<'a> {
+    pub tenant: &'a str,
+    pub subscription: uuid::Uuid,
+    pub event_id: uuid::Uuid,
+    pub sink: hub_core::model::SinkKind,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    pub outcome: &'a hub_core::sink::outcome::Outcome,
+    pub received_at_ms: i64,
+}
+
+impl AttemptSettled<'_> {
+    pub fn emit(&self, now_ms: i64) {
+        let sink = self.sink.as_str();
+        let outcome = self.outcome;
         METRICS
-            .failed_attempts
-            .get_or_create(&FailureLabels {
+            .attempt_seconds
+            .get_or_create(&SinkLabel { sink })
+            .observe(outcome.duration_ms as f64 / 1000.0);
+        if let Some(class) = outcome.error_class {
+            // Per attempt at debug: a broken destination fails thousands of times; the rates
+            // are on `/metrics`, dead letters are logged at info.
+            tracing::debug!(
+                tenant = self.tenant,
+                subscription = %self.subscription,
+                event = %self.event_id,
                 sink,
-                class: class.as_str(),
-            })
-            .inc();
-        return;
-    }
-    let age = |since_ms: i64| (now_ms - since_ms).max(0) as f64 / 1000.0;
-    if let Some(produced_ms) = event_id.get_timestamp().map(|t| {
-        let (s, n) = t.to_unix();
-        i64::try_from(s).unwrap_or(0) * 1000 + i64::from(n / 1_000_000)
-    }) {
+                attempt = self.attempt,
+                class = class.as_str(),
+                status = outcome.status_code,
+                "delivery attempt failed"
+            );
+            METRICS
+                .failed_attempts
+                .get_or_create(&FailureLabels {
+                    sink,
+                    class: class.as_str(),
+                })
+                .inc();
+            return;
+        }
+        tracing::debug!(
+            tenant = self.tenant,
+            subscription = %self.subscription,
+            event = %self.event_id,
+            sink,
+            attempt = self.attempt,
+            took_ms = outcome.duration_ms,
+            "delivered"
+        );
+        let age = |since_ms: i64| (now_ms - since_ms).max(0) as f64 / 1000.0;
+        if let Some(produced_ms) = self.event_id.get_timestamp().map(|t| {
+            let (s, n) = t.to_unix();
+            i64::try_from(s).unwrap_or(0) * 1000 + i64::from(n / 1_000_000)
+        }) {
+            METRICS
+                .delivered_latency_seconds
+                .get_or_create(&LatencyLabels {
+                    sink,
+                    since: "produced",
+                })
+                .observe(age(produced_ms));
+        }
         METRICS
             .delivered_latency_seconds
             .get_or_create(&LatencyLabels {
                 sink,
-                since: "produced",
+                since: "received",
             })
-            .observe(age(produced_ms));
+            .observe(age(self.received_at_ms));
     }
-    METRICS
-        .delivered_latency_seconds
-        .get_or_create(&LatencyLabels {
-            sink,
-            since: "received",
-        })
-        .observe(age(received_at_ms));
 }
 
 /// librdkafka's statistics: each assigned partition's consumer lag (`-1`, unknown, is dropped).
@@ -426,13 +458,18 @@ mod tests {
     #[test]
     fn r_op_3_the_dashboard_queries_only_exposed_metrics() {
         // Touch every labelled family so the library renders it.
-        attempt_settled(
-            hub_core::model::SinkKind::Webhook,
-            &hub_core::sink::outcome::Outcome::delivered(Some(204), std::time::Duration::ZERO),
-            uuid::Uuid::now_v7(),
-            0,
-            1,
-        );
+        let delivered =
+            hub_core::sink::outcome::Outcome::delivered(Some(204), std::time::Duration::ZERO);
+        AttemptSettled {
+            tenant: "t",
+            subscription: uuid::Uuid::now_v7(),
+            event_id: uuid::Uuid::now_v7(),
+            sink: hub_core::model::SinkKind::Webhook,
+            attempt: 1,
+            outcome: &delivered,
+            received_at_ms: 0,
+        }
+        .emit(1);
         METRICS
             .failed_attempts
             .get_or_create(&FailureLabels {

@@ -546,13 +546,16 @@ impl DeliveryLane {
                 _ => {}
             }
         }
-        crate::telemetry::attempt_settled(
-            f.sub.sink_kind,
-            &outcome,
-            f.job.event_id,
-            f.job.received_at_ms,
-            now,
-        );
+        crate::telemetry::AttemptSettled {
+            tenant: &f.job.tenant,
+            subscription: f.job.subscription,
+            event_id: f.job.event_id,
+            sink: f.sub.sink_kind,
+            attempt: f.job.attempts + 1,
+            outcome: &outcome,
+            received_at_ms: f.job.received_at_ms,
+        }
+        .emit(now);
         if lane.marks.due(&f.sub, outcome.success, now) {
             self.mark(f.job.tenant.clone(), f.sub.id, outcome.success, now);
         }
@@ -569,6 +572,13 @@ impl DeliveryLane {
         match &settled {
             Settled::Delivered(_) => c.delivered.fetch_add(1, Ordering::Relaxed),
             Settled::DeadLetter { .. } => {
+                tracing::info!(
+                    tenant = f.job.tenant,
+                    subscription = %f.job.subscription,
+                    event = %f.job.event_id,
+                    attempts = f.job.attempts + 1,
+                    "dead-lettered"
+                );
                 c.failed_attempts.fetch_add(1, Ordering::Relaxed);
                 c.dead_lettered.fetch_add(1, Ordering::Relaxed)
             }
@@ -618,7 +628,7 @@ impl DeliveryLane {
                     Ok(()) => return,
                     Err(hub_control::store::ControlStoreError::Conflict) => continue,
                     Err(e) => {
-                        tracing::debug!(error = %e, "delivery timestamps not recorded");
+                        tracing::debug!(error = %e, tenant, subscription = %id, "delivery timestamps not recorded");
                         return;
                     }
                 }
@@ -680,7 +690,7 @@ impl DeliveryLane {
                     }
                     Err(hub_control::store::ControlStoreError::Conflict) => continue,
                     Err(e) => {
-                        tracing::warn!(error = %e, "recording auto-disable failed");
+                        tracing::warn!(error = %e, tenant, subscription = %id, "recording auto-disable failed");
                         return;
                     }
                 }

@@ -45,3 +45,64 @@ async fn r_op_3_an_unknown_log_format_is_refused_at_start() {
     assert!(!status.status.success());
     assert!(String::from_utf8_lossy(&status.stderr).contains("json or text"));
 }
+
+/// Issue 16 (R-OP-3): a log line about a delivery names the tenant, the subscription and the
+/// event — here a failed attempt (debug) and the dead letter it ends in (info), in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_3_delivery_log_lines_name_tenant_subscription_and_event() {
+    use crate::delivery::{ingest_one, Setup};
+    use crate::receiver::Act;
+    let setup = Setup::start_with(
+        "delivery-logs",
+        Backend::Embedded,
+        &[
+            ("STREAMING_HUB_LOG_FORMAT", "json"),
+            (
+                "STREAMING_HUB_LOG",
+                "warn,hub_engine::telemetry=debug,hub_engine::delivery=info",
+            ),
+        ],
+    )
+    .await;
+    let (id, _) = setup
+        .api
+        .active_webhook(
+            "broken",
+            &setup.receiver.url("/broken"),
+            serde_json::json!({"retry_schedule": [0], "timeout_ms": 1000}),
+        )
+        .await;
+    setup.receiver.script(&[], Act::Status(500));
+    let event = ingest_one(&setup.engine, &setup.tenant, &[])
+        .await
+        .to_string();
+    let names_all = |line: &serde_json::Value| {
+        let f = &line["fields"];
+        f["tenant"] == setup.tenant.as_str()
+            && f["subscription"] == id.as_str()
+            && f["event"] == event.as_str()
+    };
+    let mut seen = (false, false);
+    for _ in 0..100 {
+        for line in setup.engine.log_text().lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            match v["fields"]["message"].as_str() {
+                Some("delivery attempt failed") if names_all(&v) => seen.0 = true,
+                Some("dead-lettered") if names_all(&v) => seen.1 = true,
+                _ => {}
+            }
+        }
+        if seen == (true, true) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen,
+        (true, true),
+        "a failed attempt and its dead letter, each naming all three"
+    );
+    setup.engine.stop();
+}
