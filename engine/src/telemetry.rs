@@ -336,19 +336,21 @@ impl AttemptSettled<'_> {
             .attempt_seconds
             .get_or_create(&SinkLabel { sink })
             .observe(outcome.duration_ms as f64 / 1000.0);
+        // Per attempt at debug: a broken destination fails thousands of times; the rates are on
+        // `/metrics`, dead letters are logged at info.
+        tracing::debug!(
+            tenant = self.tenant,
+            subscription = %self.subscription,
+            event = %self.event_id,
+            sink,
+            attempt = self.attempt,
+            took_ms = outcome.duration_ms,
+            class = outcome.error_class.map(|c| c.as_str()),
+            status = outcome.status_code,
+            "{}",
+            if outcome.success { "delivered" } else { "delivery attempt failed" }
+        );
         if let Some(class) = outcome.error_class {
-            // Per attempt at debug: a broken destination fails thousands of times; the rates
-            // are on `/metrics`, dead letters are logged at info.
-            tracing::debug!(
-                tenant = self.tenant,
-                subscription = %self.subscription,
-                event = %self.event_id,
-                sink,
-                attempt = self.attempt,
-                class = class.as_str(),
-                status = outcome.status_code,
-                "delivery attempt failed"
-            );
             METRICS
                 .failed_attempts
                 .get_or_create(&FailureLabels {
@@ -358,15 +360,6 @@ impl AttemptSettled<'_> {
                 .inc();
             return;
         }
-        tracing::debug!(
-            tenant = self.tenant,
-            subscription = %self.subscription,
-            event = %self.event_id,
-            sink,
-            attempt = self.attempt,
-            took_ms = outcome.duration_ms,
-            "delivered"
-        );
         let age = |since_ms: i64| (now_ms - since_ms).max(0) as f64 / 1000.0;
         if let Some(produced_ms) = self.event_id.get_timestamp().map(|t| {
             let (s, n) = t.to_unix();
