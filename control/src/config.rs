@@ -51,6 +51,8 @@ pub struct ControlConfig {
     pub cql_nodes: Vec<String>,
     /// Env `STREAMING_HUB_CQL_KEYSPACE`. Default `streaming_hub`.
     pub cql_keyspace: String,
+    /// Env `STREAMING_HUB_CQL_USERNAME`, `…_PASSWORD`, `…_TLS_CA_FILE`: credentials and TLS.
+    pub cql_access: hub_core::cql::CqlAccess,
     /// Env `STREAMING_HUB_CQL_REPLICATION`, used when creating the keyspace.
     pub cql_replication: String,
     /// Env `STREAMING_HUB_AWS_ENDPOINT_URL`: every SQS and EventBridge call goes there instead of
@@ -121,6 +123,7 @@ impl ControlConfig {
                 .filter(|n| !n.is_empty())
                 .collect(),
             cql_keyspace: var("CQL_KEYSPACE").unwrap_or_else(|| "streaming_hub".into()),
+            cql_access: hub_core::cql::CqlAccess::from_env(&get).map_err(anyhow::Error::msg)?,
             cql_replication: var("CQL_REPLICATION").unwrap_or_else(|| {
                 "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into()
             }),
@@ -232,7 +235,7 @@ impl ControlConfig {
             let retention_s = u32::try_from(idem.retention_ms / 1000).unwrap_or(u32::MAX);
             Arc::new(
                 CqlControlStore::connect(
-                    &self.cql_nodes,
+                    (&self.cql_nodes, &self.cql_access),
                     &self.cql_keyspace,
                     &self.cql_replication,
                     retention_s,

@@ -22,10 +22,86 @@ pub fn statements(schema: &str) -> Vec<String> {
         .collect()
 }
 
-/// Connects to `nodes`, creates `keyspace` with `replication` if missing, selects it and applies
-/// `schema` (idempotent statements), waiting for schema agreement.
+/// How the hub reaches a secured CQL cluster (issue 16): username and password (the server's
+/// password authenticator), and TLS with the CA(s) that signed the nodes' certificates. The
+/// password is never printed.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct CqlAccess {
+    /// Env `STREAMING_HUB_CQL_USERNAME`.
+    pub username: Option<String>,
+    /// Env `STREAMING_HUB_CQL_PASSWORD`.
+    pub password: Option<String>,
+    /// PEM CA file; set, every connection is TLS verified against it (the node's address must
+    /// be in its certificate). Env `STREAMING_HUB_CQL_TLS_CA_FILE`.
+    pub tls_ca_file: Option<String>,
+}
+
+impl std::fmt::Debug for CqlAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqlAccess")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<set>"))
+            .field("tls_ca_file", &self.tls_ca_file)
+            .finish()
+    }
+}
+
+impl CqlAccess {
+    /// From the `STREAMING_HUB_CQL_*` settings `get` returns; a username without a password (or
+    /// the reverse) is refused.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let read = |k: &str| get(k).filter(|v| !v.is_empty());
+        let access = Self {
+            username: read("STREAMING_HUB_CQL_USERNAME"),
+            password: read("STREAMING_HUB_CQL_PASSWORD"),
+            tls_ca_file: read("STREAMING_HUB_CQL_TLS_CA_FILE"),
+        };
+        access.validate()?;
+        Ok(access)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.username.is_some() != self.password.is_some() {
+            return Err(
+                "STREAMING_HUB_CQL_USERNAME and STREAMING_HUB_CQL_PASSWORD go together".into(),
+            );
+        }
+        if let Some(ca) = &self.tls_ca_file {
+            std::fs::metadata(ca).map_err(|e| format!("the CQL CA file {ca}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// A rustls client configuration trusting the CA file, when TLS is asked for.
+    fn tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
+        use rustls_pki_types::pem::PemObject;
+        let Some(ca) = &self.tls_ca_file else {
+            return Ok(None);
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca)
+            .map_err(|e| format!("reading the CQL CA file {ca}: {e}"))?
+        {
+            let cert = cert.map_err(|e| format!("reading the CQL CA file {ca}: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("a CA certificate in {ca}: {e}"))?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Some(std::sync::Arc::new(config)))
+    }
+}
+
+/// Connects to `nodes` as `access` says, creates `keyspace` with `replication` if missing,
+/// selects it and applies `schema` (idempotent statements), waiting for schema agreement.
 pub async fn open(
     nodes: &[String],
+    access: &CqlAccess,
     keyspace: &str,
     replication: &str,
     schema: &str,
@@ -37,8 +113,13 @@ pub async fn open(
     {
         return Err(format!("invalid keyspace name {keyspace:?}"));
     }
-    let session = SessionBuilder::new()
+    let mut builder = SessionBuilder::new()
         .known_nodes(nodes)
+        .tls_context(access.tls()?);
+    if let (Some(user), Some(password)) = (&access.username, &access.password) {
+        builder = builder.user(user, password);
+    }
+    let session = builder
         .build()
         .await
         .map_err(|e| format!("connecting to {nodes:?}: {e}"))?;

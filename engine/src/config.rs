@@ -39,6 +39,11 @@ pub struct HubConfig {
     pub store: StoreKind,
     /// CQL contact points, comma-separated. Env `STREAMING_HUB_CQL_NODES`. Default `127.0.0.1:9042`.
     pub cql_nodes: String,
+    /// Credentials and TLS for the CQL cluster (issue 16), from the environment only (they hold
+    /// a password): `STREAMING_HUB_CQL_USERNAME`, `STREAMING_HUB_CQL_PASSWORD`,
+    /// `STREAMING_HUB_CQL_TLS_CA_FILE`.
+    #[serde(skip)]
+    pub cql_access: hub_core::cql::CqlAccess,
     /// CQL keyspace, created with `cql_replication` if missing. Env `STREAMING_HUB_CQL_KEYSPACE`.
     /// Default `streaming_hub`.
     pub cql_keyspace: String,
@@ -143,6 +148,7 @@ impl Default for HubConfig {
         Self {
             store: StoreKind::Embedded,
             cql_nodes: "127.0.0.1:9042".into(),
+            cql_access: hub_core::cql::CqlAccess::default(),
             cql_keyspace: "streaming_hub".into(),
             cql_replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
             retention_s: 7 * 86_400,
@@ -243,6 +249,7 @@ impl HubConfig {
         if let Some((k, v)) = env("STORE") {
             self.store = parse(&k, v)?;
         }
+        self.cql_access = hub_core::cql::CqlAccess::from_env(&get).map_err(ConfigError::Invalid)?;
         if let Some((_, v)) = env("CQL_NODES") {
             self.cql_nodes = v;
         }

@@ -27,6 +27,7 @@ use crate::verdict::{VerdictCounters, VerdictLimits};
 pub(crate) fn cql_settings(config: &HubConfig) -> CqlSettings {
     CqlSettings {
         nodes: config.cql_node_list(),
+        access: config.cql_access.clone(),
         keyspace: config.cql_keyspace.clone(),
         replication: config.cql_replication.clone(),
         dedup_ttl_s: config.dedup_window_s,

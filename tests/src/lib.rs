@@ -10,6 +10,16 @@ use std::time::Duration;
 pub const KAFKA: &str = "127.0.0.1:9092";
 /// CQL native protocol (Cassandra 5 standing in for ScyllaDB).
 pub const CQL: &str = "127.0.0.1:9042";
+/// The second CQL server: password authentication (`cassandra` / `cassandra`), TLS only, its
+/// certificate signed by the services' test CA (`test_ca()`).
+pub const CQL_SECURE: &str = "127.0.0.1:9142";
+
+/// The CA `scripts/services` made for the TLS listeners.
+pub fn test_ca() -> String {
+    let run = std::env::var("STREAMING_HUB_RUN_DIR")
+        .unwrap_or_else(|_| "/tmp/streaming-hub-services".into());
+    format!("{run}/tls/ca.pem")
+}
 /// RabbitMQ AMQP URI with the loopback-only guest user.
 pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// moto server (SQS, EventBridge, STS).

@@ -101,12 +101,12 @@ async fn prepare(
 impl CqlControlStore {
     /// Connects, creates the keyspace (with `replication`) and tables if missing.
     pub async fn connect(
-        nodes: &[String],
+        (nodes, access): (&[String], &hub_core::cql::CqlAccess),
         keyspace: &str,
         replication: &str,
         idem_retention_s: u32,
     ) -> Result<Self, ControlStoreError> {
-        let session = hub_core::cql::open(nodes, keyspace, replication, SCHEMA)
+        let session = hub_core::cql::open(nodes, access, keyspace, replication, SCHEMA)
             .await
             .map_err(ControlStoreError::Unavailable)?;
         let s = &session;

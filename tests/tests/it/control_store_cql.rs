@@ -10,7 +10,7 @@ use hub_tests::{report, require, unique, CQL};
 async fn r_cp_13_cql_control_store_passes_the_conformance_suite() {
     require("cassandra", CQL);
     let store = CqlControlStore::connect(
-        &[CQL.to_owned()],
+        (&[CQL.to_owned()], &hub_core::cql::CqlAccess::default()),
         "hub_control_it",
         "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}",
         86_400,
@@ -46,7 +46,7 @@ async fn r_cp_15_engine_recorded_keys_reach_the_control_store() {
         .await
         .expect("record");
     let control = CqlControlStore::connect(
-        &[CQL.to_owned()],
+        (&[CQL.to_owned()], &hub_core::cql::CqlAccess::default()),
         keyspace,
         "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}",
         86_400,

@@ -1,6 +1,7 @@
 //! One integration-test binary for the workspace: real services on loopback.
 
 mod control_store_cql;
+mod cql_security;
 mod grant_aws;
 mod smoke_aws;
 mod smoke_cql;

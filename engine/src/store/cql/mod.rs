@@ -55,6 +55,8 @@ use statements::Statements;
 pub struct CqlSettings {
     /// Contact points, `host:port`.
     pub nodes: Vec<String>,
+    /// Credentials and TLS.
+    pub access: hub_core::cql::CqlAccess,
     /// Created if missing. Letters, digits and `_` only.
     pub keyspace: String,
     /// The keyspace's replication map, used only when creating it. On ScyllaDB with tablets
@@ -76,6 +78,7 @@ impl Default for CqlSettings {
     fn default() -> Self {
         Self {
             nodes: vec!["127.0.0.1:9042".into()],
+            access: hub_core::cql::CqlAccess::default(),
             keyspace: "streaming_hub".into(),
             replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
             dedup_ttl_s: 7 * 86_400,
@@ -181,6 +184,7 @@ impl CqlStore {
     pub async fn connect(settings: CqlSettings) -> Result<Self, StoreError> {
         let session = hub_core::cql::open(
             &settings.nodes,
+            &settings.access,
             &settings.keyspace,
             &settings.replication,
             SCHEMA,

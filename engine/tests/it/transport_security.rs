@@ -1,7 +1,8 @@
-//! Kafka over SASL and TLS (issue 16): the services' broker also listens on 127.0.0.1:9094 with
-//! SASL PLAIN (user `hub`) over TLS signed by the test CA. An engine configured for it is ready
+//! Secured backends (issue 16). Kafka: the services' broker also listens on 127.0.0.1:9094 with
+//! SASL PLAIN (user `hub`) over TLS signed by the test CA; an engine configured for it is ready
 //! and ingests what producers wrote; with a wrong password it says Kafka is down, and never
-//! prints the password.
+//! prints the password. CQL: the services' second Cassandra (127.0.0.1:9142) takes only TLS
+//! from authenticated users; an engine on it with its credentials and CA is ready.
 
 use std::time::Duration;
 
@@ -101,5 +102,31 @@ async fn r_op_4_refused_kafka_credentials_keep_the_engine_not_ready() {
         !engine.log_text().contains(password),
         "the password is never logged"
     );
+    engine.stop();
+}
+
+/// R-OP-4 (issue 16): an engine on a CQL cluster that requires TLS and a password, given both,
+/// opens its store and the control plane's there and is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_4_an_engine_on_cql_with_tls_and_a_password_is_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keyspace = format!("hub_secure_{}", uuid::Uuid::now_v7().simple());
+    let ca = test_ca();
+    let engine = crate::support::Engine::start_with(
+        dir.path(),
+        &format!("cql-secure-{}", uuid::Uuid::now_v7().simple()),
+        crate::support::free_port(),
+        Backend::Embedded,
+        &[
+            ("STREAMING_HUB_STORE", "cql"),
+            ("STREAMING_HUB_CQL_NODES", "127.0.0.1:9142"),
+            ("STREAMING_HUB_CQL_KEYSPACE", &keyspace),
+            ("STREAMING_HUB_CQL_USERNAME", "cassandra"),
+            ("STREAMING_HUB_CQL_PASSWORD", "cassandra"),
+            ("STREAMING_HUB_CQL_TLS_CA_FILE", &ca),
+        ],
+    );
+    // Ready only once the store answers a read: connected over TLS, authenticated.
+    engine.wait_ready().await;
     engine.stop();
 }
