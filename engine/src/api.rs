@@ -2,6 +2,7 @@
 //! with the operator `admin` permission), metrics and health.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -123,7 +124,9 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     ));
     out.push_str(&crate::telemetry::render_delivery(&api.delivery));
     out.push_str(&crate::telemetry::render_store_failures());
-    if let Ok(pending) = api.store.pending_jobs().await {
+    // Bounded: a store that stopped answering must not stall the scrape that shows it down.
+    let pending = tokio::time::timeout(Duration::from_secs(1), api.store.pending_jobs()).await;
+    if let Ok(Ok(pending)) = pending {
         out.push_str(&crate::telemetry::render_pending(pending));
     }
     out.push_str(&crate::telemetry::render_components(

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::delivery::{produce, Setup};
 use crate::support::{token, Backend};
+use crate::two_process::eventually;
 
 const KAFKA_SASL_SSL: &str = "127.0.0.1:9094";
 
@@ -105,8 +106,42 @@ async fn r_op_4_refused_kafka_credentials_keep_the_engine_not_ready() {
     engine.stop();
 }
 
+/// Freezes a service's process (SIGSTOP) until dropped (SIGCONT): an outage without a restart.
+struct Frozen(String);
+
+impl Frozen {
+    fn service(name: &str) -> Frozen {
+        let run = std::env::var("STREAMING_HUB_RUN_DIR")
+            .unwrap_or_else(|_| "/tmp/streaming-hub-services".into());
+        let pid = std::fs::read_to_string(format!("{run}/{name}/pid")).expect("the service's pid");
+        let pid = pid.trim().to_owned();
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill -STOP");
+        assert!(stopped.success());
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0])
+            .status();
+    }
+}
+
+/// The engine's `/ready` status and body.
+async fn ready(http: &str) -> Option<(u16, Value)> {
+    let r = reqwest::get(format!("{http}/ready")).await.ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.json().await.unwrap_or(Value::Null)))
+}
+
 /// R-OP-4 (issue 16): an engine on a CQL cluster that requires TLS and a password, given both,
-/// opens its store and the control plane's there and is ready.
+/// opens its store and the control plane's there and is ready; when the store stops answering
+/// (its process frozen) `/ready` says so within seconds, and is true again once it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_op_4_an_engine_on_cql_with_tls_and_a_password_is_ready() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -128,5 +163,29 @@ async fn r_op_4_an_engine_on_cql_with_tls_and_a_password_is_ready() {
     );
     // Ready only once the store answers a read: connected over TLS, authenticated.
     engine.wait_ready().await;
+
+    let frozen = Frozen::service("cqlsecure");
+    let down = eventually(Duration::from_secs(15), || async {
+        let (status, body) = ready(&engine.http).await?;
+        let store_down = body["down"].as_array()?.iter().any(|c| c == "store");
+        (status == 503 && store_down).then_some(body)
+    })
+    .await;
+    let metrics = engine.metrics().await;
+    drop(frozen);
+    assert!(
+        down.is_some(),
+        "/ready names the store while it does not answer"
+    );
+    assert_eq!(
+        metrics.get("streaming_hub_component_up{component=\"store\"}"),
+        Some(&0)
+    );
+    let back = eventually(Duration::from_secs(30), || async {
+        let (status, _) = ready(&engine.http).await?;
+        (status == 200).then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "ready again once the store answers");
     engine.stop();
 }
