@@ -1235,17 +1235,12 @@ async fn r_cp_19_the_document_refuses_what_the_server_refuses(store: Store) {
     assert_eq!(unquoted.status, StatusCode::BAD_REQUEST);
 }
 
-/// R-TR-1: a control process with no engine refuses the live `deliveryOutcomes` with
-/// `served_by_the_engine` (it has no outcomes to stream), over `graphql-transport-ws`.
-async fn r_tr_1_a_control_process_alone_says_where_live_outcomes_are(store: Store) {
+/// Opens `graphql-transport-ws` as `tok`, subscribes `document`, and answers the first message.
+async fn ws_first_answer(hub: &Hub, tok: &str, document: &str, variables: Value) -> Value {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message;
-    let hub = hub(store).await;
-    let tok = hub.token("t-1", ALL);
-    let made = create(&hub, &tok, "k", &webhook("w")).await;
-    let id = made.json["id"].as_str().expect("id").to_owned();
-    let url = serve(&hub).await.replace("http://", "ws://") + "/graphql/ws";
+    let url = serve(hub).await.replace("http://", "ws://") + "/graphql/ws";
     let mut request = url.into_client_request().expect("request");
     request.headers_mut().insert(
         "sec-websocket-protocol",
@@ -1261,18 +1256,33 @@ async fn r_tr_1_a_control_process_alone_says_where_live_outcomes_are(store: Stor
         .expect("send");
     let ack = ws.next().await.expect("open").expect("frame");
     assert!(ack.to_text().expect("text").contains("connection_ack"));
-    let query = "subscription($id: String!) { deliveryOutcomes(subscriptionId: $id) { outcome } }";
-    let subscribe = json!({"id": "1", "type": "subscribe", "payload": {"query": query, "variables": {"id": id}}});
+    let subscribe = json!({"id": "1", "type": "subscribe",
+        "payload": {"query": document, "variables": variables}});
     ws.send(Message::Text(subscribe.to_string().into()))
         .await
         .expect("send");
     let answer = ws.next().await.expect("open").expect("frame");
-    let answer: Value = serde_json::from_str(answer.to_text().expect("text")).expect("JSON");
-    // A resolver's error comes as a result with errors (`next`), a request's as `error`.
-    let code = answer["payload"]["errors"][0]["extensions"]["code"]
+    serde_json::from_str(answer.to_text().expect("text")).expect("JSON")
+}
+
+/// The error code of a live subscription's first answer: a resolver's error comes as a result
+/// with errors (`next`), a request's as `error`.
+fn ws_code(answer: &Value) -> Option<&str> {
+    answer["payload"]["errors"][0]["extensions"]["code"]
         .as_str()
-        .or(answer["payload"][0]["extensions"]["code"].as_str());
-    assert_eq!(code, Some("served_by_the_engine"), "{answer}");
+        .or(answer["payload"][0]["extensions"]["code"].as_str())
+}
+
+/// R-TR-1: a control process with no engine refuses the live `deliveryOutcomes` with
+/// `served_by_the_engine` (it has no outcomes to stream), over `graphql-transport-ws`.
+async fn r_tr_1_a_control_process_alone_says_where_live_outcomes_are(store: Store) {
+    let hub = hub(store).await;
+    let tok = hub.token("t-1", ALL);
+    let made = create(&hub, &tok, "k", &webhook("w")).await;
+    let id = made.json["id"].as_str().expect("id").to_owned();
+    let query = "subscription($id: String!) { deliveryOutcomes(subscriptionId: $id) { outcome } }";
+    let answer = ws_first_answer(&hub, &tok, query, json!({"id": id})).await;
+    assert_eq!(ws_code(&answer), Some("served_by_the_engine"), "{answer}");
     // So do the queries over what an engine holds.
     let (_, code) = gql(
         &hub,

@@ -119,39 +119,67 @@ fn gql_argument(name: &str, ty: &str, id: &str, n: usize) -> Option<String> {
         ("credential", _) => "{username: \"u\", password: \"p\"}".into(),
         ("roleArn", _) => "\"arn:aws:iam::123456789012:role/x\"".into(),
         ("region", _) => "\"us-east-1\"".into(),
+        ("after", "Int!") => "0".into(),
         _ => panic!("GraphQL argument {name}: {ty} is required: add a value to gql_argument"),
     })
 }
 
+/// The documents of `root`'s fields that take a subscription id: `(field, document)`.
+fn id_documents(sdl: &str, root: &str, keyword: &str, id: &str) -> Vec<(String, String)> {
+    let scalars = ["String", "Int", "Boolean", "ID", "Float", "JSON"];
+    let mut documents = Vec::new();
+    for field in root_fields(sdl, root) {
+        let takes_id = field
+            .args
+            .iter()
+            .any(|(n, _)| n == "id" || n == "subscriptionId");
+        if !takes_id {
+            continue;
+        }
+        let n = documents.len();
+        let args: Vec<String> = field
+            .args
+            .iter()
+            .filter_map(|(a, t)| Some(format!("{a}: {}", gql_argument(a, t, id, n)?)))
+            .collect();
+        let base = field.returns.trim_matches(|c| matches!(c, '[' | ']' | '!'));
+        let selection = if scalars.contains(&base) {
+            ""
+        } else {
+            " { __typename }"
+        };
+        let document = format!(
+            "{keyword} {{ {}({}){selection} }}",
+            field.name,
+            args.join(", ")
+        );
+        documents.push((field.name, document));
+    }
+    documents
+}
+
+/// The live subscriptions (`graphql-transport-ws`): each refuses another tenant's id before
+/// anything streams.
+async fn graphql_ws_walk(hub: &Hub, other: &str, id: &str) -> usize {
+    let sdl = include_str!("../../../schema/graphql/schema.graphql");
+    let mut walked = 0;
+    for (field, document) in id_documents(sdl, "SubscriptionRoot", "subscription", id) {
+        let answer = super::ws_first_answer(hub, other, &document, json!({})).await;
+        assert_eq!(
+            super::ws_code(&answer),
+            Some("subscription_not_found"),
+            "GraphQL subscription {field}: {answer}"
+        );
+        walked += 1;
+    }
+    walked
+}
+
 async fn graphql_walk(hub: &Hub, other: &str, id: &str) -> usize {
     let sdl = include_str!("../../../schema/graphql/schema.graphql");
-    let scalars = ["String", "Int", "Boolean", "ID", "Float", "JSON"];
     let mut walked = 0;
     for (root, keyword) in [("QueryRoot", "query"), ("MutationRoot", "mutation")] {
-        for field in root_fields(sdl, root) {
-            let takes_id = field
-                .args
-                .iter()
-                .any(|(n, _)| n == "id" || n == "subscriptionId");
-            if !takes_id {
-                continue;
-            }
-            let args: Vec<String> = field
-                .args
-                .iter()
-                .filter_map(|(n, t)| Some(format!("{n}: {}", gql_argument(n, t, id, walked)?)))
-                .collect();
-            let base = field.returns.trim_matches(|c| matches!(c, '[' | ']' | '!'));
-            let selection = if scalars.contains(&base) {
-                ""
-            } else {
-                " { __typename }"
-            };
-            let document = format!(
-                "{keyword} {{ {}({}){selection} }}",
-                field.name,
-                args.join(", ")
-            );
+        for (_, document) in id_documents(sdl, root, keyword, id) {
             let (_, code) = gql(hub, Some(other), &document, json!({})).await;
             assert_eq!(
                 code.as_deref(),
@@ -349,11 +377,12 @@ pub(super) async fn r_sec_3_every_route_of_every_transport_reads_another_tenants
 
     let rest = rest_walk(&hub, &b, &id).await;
     let graphql = graphql_walk(&hub, &b, &id).await;
+    let live = graphql_ws_walk(&hub, &b, &id).await;
     let grpc = grpc_walk(&hub, &b, &id).await;
     // The walks found what the documents declare (a parser gone blind would pass vacuously).
     assert!(
-        rest >= 15 && graphql >= 15 && grpc >= 16,
-        "walked {rest} REST, {graphql} GraphQL, {grpc} gRPC"
+        rest >= 15 && graphql >= 15 && live >= 2 && grpc >= 16,
+        "walked {rest} REST, {graphql} GraphQL, {live} live GraphQL, {grpc} gRPC"
     );
 
     let path = format!("/v1/subscriptions/{id}");
