@@ -118,24 +118,22 @@ async fn ready(State(api): State<Arc<ApiState>>) -> (StatusCode, Json<serde_json
 }
 
 async fn metrics(State(api): State<Arc<ApiState>>) -> String {
-    let mut out = crate::telemetry::render_ingest(&api.snapshot());
-    out.push_str(&crate::telemetry::render_store_timings(
-        &api.store.write_timings(),
-    ));
-    out.push_str(&crate::telemetry::render_delivery(&api.delivery));
-    out.push_str(&crate::telemetry::render_store_failures());
     // Bounded: a store that stopped answering must not stall the scrape that shows it down.
     let pending = tokio::time::timeout(Duration::from_secs(1), api.store.pending_jobs()).await;
-    if let Ok(Ok(pending)) = pending {
-        out.push_str(&crate::telemetry::render_pending(pending));
+    crate::telemetry::Scrape {
+        verdicts: api.snapshot(),
+        phases: api.store.write_timings(),
+        outcomes: crate::telemetry::Scrape::outcomes_of(&api.delivery),
+        pending: pending.ok().and_then(Result::ok),
+        components: api
+            .readiness
+            .check()
+            .await
+            .iter()
+            .map(|c| (c.name, c.is_up()))
+            .collect(),
     }
-    out.push_str(&crate::telemetry::render_components(
-        &api.readiness.check().await,
-    ));
-    out.push_str(&hub_core::listener::render_metrics("streaming_hub"));
-    // Last: the library's text ends with `# EOF`.
-    out.push_str(&crate::telemetry::METRICS.render());
-    out
+    .render()
 }
 
 #[derive(Debug, Deserialize)]

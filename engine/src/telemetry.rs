@@ -1,122 +1,21 @@
-//! Metric names in one place (STYLE §9) and their Prometheus text rendering.
+//! Every metric, named in one place (STYLE §9), through `prometheus-client`: the figures a
+//! scrape reads from the engine's counters (`Scrape`, a collector) and the process-wide registry
+//! of histograms and labelled families (`METRICS`).
 
-use std::fmt::Write;
-
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::verdict::{QuarantineReason, VerdictSnapshot};
 
-/// Records per outcome of ingest, each record counted once: `stored` (accepted and new),
-/// `deduplicated` (accepted, already stored), `dropped_system`, `quarantined` (every reason).
-pub const INGEST_VERDICTS: &str = "streaming_hub_ingest_verdicts_total";
-/// Quarantined records per reason code.
-pub const INGEST_QUARANTINED: &str = "streaming_hub_ingest_quarantined_total";
-
-/// Renders the summed ingest counters in the Prometheus text format.
-/// Store write time per phase, as counters a scrape can turn into rates and shares.
-pub fn render_store_timings(phases: &[crate::store::timings::PhaseTotal]) -> String {
-    let mut out = String::new();
-    if phases.is_empty() {
-        return out;
-    }
-    let _ = writeln!(
-        out,
-        "# HELP {STORE_PHASE_NANOS} Wall time spent in each phase of the store's batch writes."
-    );
-    let _ = writeln!(out, "# TYPE {STORE_PHASE_NANOS} counter");
-    for p in phases {
-        let _ = writeln!(
-            out,
-            "{STORE_PHASE_NANOS}{{phase=\"{}\"}} {}",
-            p.phase, p.nanos
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP {STORE_PHASE_COUNT} Batch writes that went through each phase."
-    );
-    let _ = writeln!(out, "# TYPE {STORE_PHASE_COUNT} counter");
-    for p in phases {
-        let _ = writeln!(
-            out,
-            "{STORE_PHASE_COUNT}{{phase=\"{}\"}} {}",
-            p.phase, p.count
-        );
-    }
-    out
-}
-
-const STORE_PHASE_NANOS: &str = "streaming_hub_store_write_phase_nanoseconds_total";
-const STORE_PHASE_COUNT: &str = "streaming_hub_store_write_phase_total";
-
-pub fn render_ingest(s: &VerdictSnapshot) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP {INGEST_VERDICTS} Ingested records per verdict."
-    );
-    let _ = writeln!(out, "# TYPE {INGEST_VERDICTS} counter");
-    for (verdict, n) in [
-        ("stored", s.accepted.saturating_sub(s.deduplicated)),
-        ("deduplicated", s.deduplicated),
-        ("dropped_system", s.dropped_system),
-        ("quarantined", s.quarantined.iter().sum()),
-    ] {
-        let _ = writeln!(out, "{INGEST_VERDICTS}{{verdict=\"{verdict}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP {INGEST_QUARANTINED} Quarantined records per reason."
-    );
-    let _ = writeln!(out, "# TYPE {INGEST_QUARANTINED} counter");
-    for (code, n) in QuarantineReason::CODES.iter().zip(s.quarantined) {
-        let _ = writeln!(out, "{INGEST_QUARANTINED}{{reason=\"{code}\"}} {n}");
-    }
-    out
-}
-
-/// Delivery outcomes per kind (`delivered`, `failed_attempt`, `dead_lettered`, `deferred`,
-/// `cancelled`, `auto_disabled`).
-pub const DELIVERY_OUTCOMES: &str = "streaming_hub_delivery_outcomes_total";
-/// Jobs waiting in the store (due or not).
-pub const DELIVERY_PENDING: &str = "streaming_hub_delivery_pending_jobs";
-
-pub fn render_delivery(c: &crate::delivery::lane::DeliveryCounters) -> String {
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP {DELIVERY_OUTCOMES} Delivery outcomes per kind."
-    );
-    let _ = writeln!(out, "# TYPE {DELIVERY_OUTCOMES} counter");
-    for (kind, n) in [
-        ("delivered", &c.delivered),
-        ("failed_attempt", &c.failed_attempts),
-        ("dead_lettered", &c.dead_lettered),
-        ("deferred", &c.deferred),
-        ("cancelled", &c.cancelled),
-        ("auto_disabled", &c.auto_disabled),
-    ] {
-        let _ = writeln!(
-            out,
-            "{DELIVERY_OUTCOMES}{{outcome=\"{kind}\"}} {}",
-            n.load(Relaxed)
-        );
-    }
-    out
-}
-
 /// Store calls that failed and are retried, per stage (`ingest_batch`, `delivery_page`,
 /// `delivery_step`): nothing is lost while the store is away, but nothing moves either, and the
 /// log's warnings are not a number an alert can watch.
-pub const STORE_FAILURES: &str = "streaming_hub_store_failures_total";
-
-/// The stages a store failure is counted under.
 #[derive(Debug, Clone, Copy)]
 pub enum FailedStage {
     IngestBatch,
@@ -145,41 +44,145 @@ pub fn store_failed(stage: FailedStage) {
     STORE_FAILED[stage as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-pub fn render_store_failures() -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP {STORE_FAILURES} Store calls that failed (and are retried) per stage."
-    );
-    let _ = writeln!(out, "# TYPE {STORE_FAILURES} counter");
-    for stage in FailedStage::ALL {
-        let n = STORE_FAILED[stage as usize].load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(out, "{STORE_FAILURES}{{stage=\"{}\"}} {n}", stage.label());
-    }
-    out
+/// What a scrape reads from the engine's own counters and states, exposed through the library
+/// as constant metrics (a collector) under `streaming_hub_`:
+///
+/// - `ingest_verdicts_total{verdict}`: records per verdict, each counted once — `stored`
+///   (accepted and new), `deduplicated` (accepted, already stored), `dropped_system`,
+///   `quarantined` (every reason);
+/// - `ingest_quarantined_total{reason}`: quarantined records per reason code;
+/// - `store_write_phase_nanoseconds_total{phase}`, `store_write_phase_total{phase}`: wall time
+///   and batch writes per phase of the store's writes;
+/// - `delivery_outcomes_total{outcome}`: `delivered`, `failed_attempt`, `dead_lettered`,
+///   `deferred`, `cancelled`, `auto_disabled`;
+/// - `store_failures_total{stage}`: store calls that failed and are retried;
+/// - `delivery_pending_jobs`: jobs waiting in the store (absent when the store did not answer);
+/// - `component_up{component}`: readiness per component (R-OP-4), 1 up, 0 down;
+/// - `http_connections_refused_total`: connections a full listener closed at once.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    pub verdicts: VerdictSnapshot,
+    pub phases: Vec<crate::store::timings::PhaseTotal>,
+    pub outcomes: Vec<(&'static str, u64)>,
+    pub pending: Option<u64>,
+    pub components: Vec<(&'static str, bool)>,
 }
 
-pub fn render_pending(pending: u64) -> String {
-    format!(
-        "# HELP {DELIVERY_PENDING} Jobs waiting in the store.\n# TYPE {DELIVERY_PENDING} gauge\n{DELIVERY_PENDING} {pending}\n"
-    )
+impl Scrape {
+    /// The delivery counters as outcome pairs.
+    pub fn outcomes_of(c: &crate::delivery::lane::DeliveryCounters) -> Vec<(&'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        vec![
+            ("delivered", c.delivered.load(Relaxed)),
+            ("failed_attempt", c.failed_attempts.load(Relaxed)),
+            ("dead_lettered", c.dead_lettered.load(Relaxed)),
+            ("deferred", c.deferred.load(Relaxed)),
+            ("cancelled", c.cancelled.load(Relaxed)),
+            ("auto_disabled", c.auto_disabled.load(Relaxed)),
+        ]
+    }
+
+    /// Everything `/metrics` shows: these figures, then the process's registry (`METRICS`).
+    pub fn render(self) -> String {
+        let mut registry = Registry::with_prefix("streaming_hub");
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        // One `# EOF`, at the very end.
+        let mut out = out.trim_end().trim_end_matches("# EOF").to_owned();
+        out.push_str(&METRICS.render());
+        out
+    }
 }
 
-/// Whether each component of readiness answered (R-OP-4): 1 up, 0 down.
-pub const COMPONENT_UP: &str = "streaming_hub_component_up";
+/// One unlabelled metric.
+fn one(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    metric: impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let kind = metric.metric_type();
+    metric.encode(encoder.encode_descriptor(name, help, None, kind)?)
+}
 
-pub fn render_components(components: &[crate::readiness::Component]) -> String {
-    let mut out = format!(
-        "# HELP {COMPONENT_UP} Whether a component of readiness is up (1) or down (0).\n# TYPE {COMPONENT_UP} gauge\n"
-    );
-    for c in components {
-        out.push_str(&format!(
-            "{COMPONENT_UP}{{component=\"{}\"}} {}\n",
-            c.name,
-            u8::from(c.is_up())
-        ));
+/// A counter per label value under one name.
+fn counters(
+    encoder: &mut DescriptorEncoder,
+    (name, help, label): (&str, &str, &str),
+    values: impl IntoIterator<Item = (&'static str, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (value, n) in values {
+        let labels = [(label, value)];
+        ConstCounter::new(n).encode(metric.encode_family(&labels)?)?;
     }
-    out
+    Ok(())
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let v = &self.verdicts;
+        let verdicts = [
+            ("stored", v.accepted.saturating_sub(v.deduplicated)),
+            ("deduplicated", v.deduplicated),
+            ("dropped_system", v.dropped_system),
+            ("quarantined", v.quarantined.iter().sum()),
+        ];
+        let e = &mut encoder;
+        counters(
+            e,
+            ("ingest_verdicts", "Ingested records per verdict", "verdict"),
+            verdicts,
+        )?;
+        let reasons = QuarantineReason::CODES.iter().copied().zip(v.quarantined);
+        counters(
+            e,
+            (
+                "ingest_quarantined",
+                "Quarantined records per reason",
+                "reason",
+            ),
+            reasons,
+        )?;
+        if !self.phases.is_empty() {
+            let nanos = self.phases.iter().map(|p| (p.phase, p.nanos));
+            let help = "Wall time spent in each phase of the store's batch writes";
+            counters(e, ("store_write_phase_nanoseconds", help, "phase"), nanos)?;
+            let counts = self.phases.iter().map(|p| (p.phase, p.count));
+            let help = "Batch writes that went through each phase";
+            counters(e, ("store_write_phase", help, "phase"), counts)?;
+        }
+        let outcomes = self.outcomes.iter().copied();
+        counters(
+            e,
+            ("delivery_outcomes", "Delivery outcomes per kind", "outcome"),
+            outcomes,
+        )?;
+        let failures = FailedStage::ALL.map(|s| {
+            let n = STORE_FAILED[s as usize].load(std::sync::atomic::Ordering::Relaxed);
+            (s.label(), n)
+        });
+        let help = "Store calls that failed (and are retried) per stage";
+        counters(e, ("store_failures", help, "stage"), failures)?;
+        if let Some(pending) = self.pending {
+            let gauge = ConstGauge::new(i64::try_from(pending).unwrap_or(i64::MAX));
+            one(
+                e,
+                ("delivery_pending_jobs", "Jobs waiting in the store"),
+                gauge,
+            )?;
+        }
+        let help = "Whether a component of readiness is up (1) or down (0)";
+        let mut up = e.encode_descriptor("component_up", help, None, MetricType::Gauge)?;
+        for (component, is_up) in &self.components {
+            let labels = [("component", *component)];
+            ConstGauge::new(i64::from(*is_up)).encode(up.encode_family(&labels)?)?;
+        }
+        let refused = ConstCounter::new(hub_core::listener::refused_connections());
+        let help = "Connections closed at once because the listener was full";
+        one(e, ("http_connections_refused", help), refused)?;
+        Ok(())
+    }
 }
 
 /// The figures kept by `prometheus-client` (histograms, per-label families), registered under
@@ -411,7 +414,7 @@ mod tests {
     use super::*;
 
     fn count_of(text: &str, stage: &str) -> u64 {
-        let prefix = format!("{STORE_FAILURES}{{stage=\"{stage}\"}} ");
+        let prefix = format!("streaming_hub_store_failures_total{{stage=\"{stage}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|n| n.parse().ok())
@@ -420,10 +423,10 @@ mod tests {
 
     #[test]
     fn store_failures_are_counted_per_stage() {
-        let before = render_store_failures();
+        let before = Scrape::default().render();
         store_failed(FailedStage::DeliveryStep);
         store_failed(FailedStage::DeliveryStep);
-        let after = render_store_failures();
+        let after = Scrape::default().render();
         // Other tests of this process may count too: at least ours.
         assert!(
             count_of(&after, "delivery_step") >= count_of(&before, "delivery_step") + 2,
@@ -432,6 +435,41 @@ mod tests {
         for stage in ["ingest_batch", "delivery_page"] {
             count_of(&after, stage);
         }
+    }
+
+    /// The scraped figures keep their names and labels, and the text has one `# EOF`, last.
+    #[test]
+    fn r_op_3_scraped_figures_render_with_their_names() {
+        let text = Scrape {
+            verdicts: VerdictSnapshot {
+                accepted: 10,
+                deduplicated: 3,
+                ..VerdictSnapshot::default()
+            },
+            phases: vec![crate::store::timings::PhaseTotal {
+                phase: "append",
+                count: 2,
+                nanos: 500,
+            }],
+            outcomes: vec![("delivered", 7)],
+            pending: Some(4),
+            components: vec![("store", true), ("kafka", false)],
+        }
+        .render();
+        for line in [
+            "streaming_hub_ingest_verdicts_total{verdict=\"stored\"} 7",
+            "streaming_hub_ingest_verdicts_total{verdict=\"deduplicated\"} 3",
+            "streaming_hub_store_write_phase_nanoseconds_total{phase=\"append\"} 500",
+            "streaming_hub_store_write_phase_total{phase=\"append\"} 2",
+            "streaming_hub_delivery_outcomes_total{outcome=\"delivered\"} 7",
+            "streaming_hub_delivery_pending_jobs 4",
+            "streaming_hub_component_up{component=\"store\"} 1",
+            "streaming_hub_component_up{component=\"kafka\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert!(text.trim_end().ends_with("# EOF"));
     }
 
     /// Every metric family named in Prometheus text: `# TYPE` lines and samples.
@@ -481,15 +519,20 @@ mod tests {
                 partition: "0".into(),
             })
             .set(0);
+        let scrape = Scrape {
+            phases: vec![crate::store::timings::PhaseTotal {
+                phase: "append",
+                count: 0,
+                nanos: 0,
+            }],
+            outcomes: Scrape::outcomes_of(&crate::delivery::lane::DeliveryCounters::default()),
+            pending: Some(0),
+            components: vec![("store", true)],
+            ..Scrape::default()
+        };
         let text = [
-            render_ingest(&VerdictSnapshot::default()),
-            render_delivery(&crate::delivery::lane::DeliveryCounters::default()),
-            render_store_failures(),
-            render_pending(0),
-            render_components(&[]),
-            hub_core::listener::render_metrics("streaming_hub"),
+            scrape.render(),
             hub_core::listener::render_metrics("hub_control"),
-            METRICS.render(),
         ]
         .concat();
         let mut exposed = families(&text);
