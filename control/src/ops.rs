@@ -1,7 +1,7 @@
 //! What an operator asks a control process (`hub-control serve`): `/health` (each component,
 //! its state and last error), `/ready` (200 only while every component answers; 503 otherwise)
-//! and `/metrics` (Prometheus text: component states, and answers by transport and status
-//! class). The standalone hub has its own (`hub_engine::api`).
+//! and `/metrics` (through `prometheus-client`: component states, answers by transport and
+//! status class, refused connections). The standalone hub has its own (`hub_engine::api`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -154,34 +154,75 @@ async fn ready(State(ops): State<Ops>) -> Response {
     }
 }
 
-async fn metrics(State(ops): State<Ops>) -> Response {
-    use std::fmt::Write as _;
-    let mut text = String::new();
-    text.push_str("# HELP hub_control_component_up Whether a component answered (1) or not (0).\n");
-    text.push_str("# TYPE hub_control_component_up gauge\n");
-    for c in checks(&ops.control).await {
-        let up = u8::from(c.error.is_none());
-        let _ = writeln!(
-            text,
-            "hub_control_component_up{{component=\"{}\"}} {up}",
-            c.name
-        );
+/// What a control process's scrape shows, under `hub_control_`: `component_up{component}`
+/// (each store answered a check: 1, or not: 0), `answers_total{transport,class}` and
+/// `http_connections_refused_total` — constant metrics of `prometheus-client`, read per scrape.
+#[derive(Debug)]
+struct Scrape {
+    components: Vec<(&'static str, bool)>,
+    answers: Vec<([(&'static str, &'static str); 2], u64)>,
+}
+
+impl prometheus_client::collector::Collector for Scrape {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        use prometheus_client::metrics::MetricType;
+        let help = "Whether a component answered (1) or not (0)";
+        let mut up = encoder.encode_descriptor("component_up", help, None, MetricType::Gauge)?;
+        for (component, is_up) in &self.components {
+            let labels = [("component", *component)];
+            ConstGauge::new(i64::from(*is_up)).encode(up.encode_family(&labels)?)?;
+        }
+        let help = "Answers given, by transport and status class";
+        let mut answers = encoder.encode_descriptor("answers", help, None, MetricType::Counter)?;
+        for (labels, n) in &self.answers {
+            ConstCounter::new(*n).encode(answers.encode_family(labels)?)?;
+        }
+        let refused = ConstCounter::new(hub_core::listener::refused_connections());
+        let help = "Connections closed at once because the listener was full";
+        refused.encode(encoder.encode_descriptor(
+            "http_connections_refused",
+            help,
+            None,
+            MetricType::Counter,
+        )?)
     }
-    text.push_str(
-        "# HELP hub_control_answers_total Answers given, by transport and status class.\n",
-    );
-    text.push_str("# TYPE hub_control_answers_total counter\n");
+}
+
+async fn metrics(State(ops): State<Ops>) -> Response {
+    let components = checks(&ops.control)
+        .await
+        .into_iter()
+        .map(|c| (c.name, c.error.is_none()))
+        .collect();
+    let mut answers = Vec::new();
     for (t, transport) in TRANSPORTS.iter().enumerate() {
         for (c, class) in CLASSES.iter().enumerate() {
             let n = ops.answers.counts[t][c].load(Ordering::Relaxed);
-            let _ = writeln!(
-                text,
-                "hub_control_answers_total{{transport=\"{transport}\",class=\"{class}\"}} {n}"
-            );
+            answers.push(([("transport", *transport), ("class", *class)], n));
         }
     }
-    text.push_str(&hub_core::listener::render_metrics("hub_control"));
+    let text = Scrape {
+        components,
+        answers,
+    }
+    .render();
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+impl Scrape {
+    fn render(self) -> String {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("hub_control");
+        registry.register_collector(Box::new(self));
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text
+    }
 }
 
 #[cfg(test)]
@@ -199,5 +240,22 @@ mod tests {
         assert_eq!(a.counts[0][3].load(Ordering::Relaxed), 1);
         assert_eq!(a.counts[1][1].load(Ordering::Relaxed), 1);
         assert_eq!(a.counts[2][1].load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn r_op_4_the_control_process_metrics_keep_their_names() {
+        let text = Scrape {
+            components: vec![("control_store", true), ("engine_store", false)],
+            answers: vec![([("transport", "rest"), ("class", "2xx")], 3)],
+        }
+        .render();
+        for line in [
+            "hub_control_component_up{component=\"control_store\"} 1",
+            "hub_control_component_up{component=\"engine_store\"} 0",
+            "hub_control_answers_total{transport=\"rest\",class=\"2xx\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(text.contains("hub_control_http_connections_refused_total "));
     }
 }

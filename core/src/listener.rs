@@ -86,16 +86,6 @@ pub fn refused_connections() -> u64 {
     REFUSED_CONNECTIONS.load(Ordering::Relaxed)
 }
 
-/// The listener's figures in Prometheus text, metric names under `prefix`.
-pub fn render_metrics(prefix: &str) -> String {
-    format!(
-        "# HELP {prefix}_http_connections_refused_total Connections closed at once because the listener was full.\n\
-         # TYPE {prefix}_http_connections_refused_total counter\n\
-         {prefix}_http_connections_refused_total {}\n",
-        refused_connections()
-    )
-}
-
 /// Serves `app` on `listener` within `limits` until `shutdown` resolves, then lets open
 /// connections finish their requests (the caller bounds how long it waits).
 pub async fn serve(

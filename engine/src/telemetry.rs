@@ -530,12 +530,10 @@ mod tests {
             components: vec![("store", true)],
             ..Scrape::default()
         };
-        let text = [
-            scrape.render(),
-            hub_core::listener::render_metrics("hub_control"),
-        ]
-        .concat();
+        let text = scrape.render();
         let mut exposed = families(&text);
+        // The control process's own (`hub_control::ops`).
+        exposed.insert("hub_control_http_connections_refused_total".to_owned());
         exposed.extend([
             "hub_control_answers_total".to_owned(),
             "hub_control_component_up".to_owned(),
