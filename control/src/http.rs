@@ -137,8 +137,8 @@ where
     }
 }
 
-async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY)
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, ApiError> {
+    let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map(|b| b.to_vec())
         .map_err(|_| {
@@ -146,7 +146,34 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
                 ErrorCode::PayloadTooLarge,
                 format!("the body exceeds {MAX_BODY} bytes"),
             )
-        })
+        })?;
+    if !body.is_empty() {
+        json_content(headers)?;
+    }
+    Ok(body)
+}
+
+/// A body is JSON: a content type that says otherwise is 415 (none is read as JSON).
+fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(given) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = given
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json" || essence.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "the body is JSON: send content-type application/json",
+        ))
+    }
 }
 
 /// A change as REST received it: the caller, and what its idempotency fingerprint is made of.
@@ -181,7 +208,9 @@ async fn change(
     let key = header(headers, "x-idempotency")
         .map_err(IntoResponse::into_response)?
         .map(str::to_owned);
-    let body = read_body(body).await.map_err(IntoResponse::into_response)?;
+    let body = read_body(headers, body)
+        .await
+        .map_err(IntoResponse::into_response)?;
     Ok(Change {
         who,
         method,
@@ -331,7 +360,7 @@ async fn credential(
         Ok(w) => w,
         Err(e) => return e.into_response(),
     };
-    let body = match read_body(body).await {
+    let body = match read_body(&headers, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -427,7 +456,7 @@ async fn replay(
         Err(e) => return e.into_response(),
     };
     let replayed = async {
-        let body = read_body(body).await?;
+        let body = read_body(&headers, body).await?;
         let body: ReplayBody = if body.is_empty() {
             ReplayBody::default()
         } else {

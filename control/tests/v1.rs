@@ -102,6 +102,18 @@ async fn call(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Answer {
+    call_bytes(hub, method, path, tok, headers, body.as_bytes().to_vec()).await
+}
+
+/// As `call`, with a body of any bytes.
+async fn call_bytes(
+    hub: &Hub,
+    method: &str,
+    path: &str,
+    tok: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Answer {
     let mut req = Request::builder().method(method).uri(path);
     if let Some(t) = tok {
         req = req.header("authorization", format!("Bearer {t}"));
@@ -112,7 +124,7 @@ async fn call(
     let response = hub
         .router
         .clone()
-        .oneshot(req.body(Body::from(body.to_owned())).expect("request"))
+        .oneshot(req.body(Body::from(body)).expect("request"))
         .await
         .expect("response");
     let status = response.status();
@@ -1528,9 +1540,13 @@ async fn r_sec_2_endpoints_are_stored_as_used(store: Store) {
 #[path = "v1/isolation.rs"]
 mod isolation;
 use isolation::r_sec_3_every_route_of_every_transport_reads_another_tenants_id_as_absent;
+#[path = "v1/bad_input.rs"]
+mod bad_input;
+use bad_input::r_cp_18_every_body_route_refuses_malformed_input_with_a_code_and_writes_nothing;
 
 on_both_stores!(
     r_sec_2_endpoints_are_stored_as_used,
+    r_cp_18_every_body_route_refuses_malformed_input_with_a_code_and_writes_nothing,
     r_sec_1_no_secret_in_reads_errors_or_logs,
     r_cp_1_no_token_is_401_and_a_missing_permission_403,
     r_cp_3_create_returns_the_secret_once_and_reads_never_show_it,
