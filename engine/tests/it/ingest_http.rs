@@ -206,3 +206,79 @@ async fn r_sec_4_http_ingest_is_off_beside_kafka_unless_turned_on() {
     );
     setup.engine.stop();
 }
+
+/// Issue 19's sweep on HTTP ingest (R-IN-10, R-CP-18): a header that is not UTF-8 and a value
+/// over the value limit are quarantined (400 with the reason); a body over the listener's limit
+/// is 413 and a header block over 32 KiB 431, both before anything is judged; none is an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_10_bad_input_on_http_ingest_gets_a_code_and_is_never_an_event() {
+    let setup = Setup::start("ingest-bad").await;
+    let producer = setup.engine.producer();
+    let client = reqwest::Client::new();
+    let send = |headers: Vec<(&'static str, reqwest::header::HeaderValue)>, body: Vec<u8>| {
+        let mut post = producer.post(&client, "lender").body(body);
+        for (k, v) in headers {
+            post = post.header(k, v);
+        }
+        async move {
+            let r = post.send().await.expect("ingest");
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let event = |id: Uuid| -> Vec<(&'static str, reqwest::header::HeaderValue)> {
+        event_headers(&setup.tenant, id)
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k,
+                    reqwest::header::HeaderValue::from_str(&v).expect("value"),
+                )
+            })
+            .collect()
+    };
+
+    let mut not_utf8 = event(Uuid::now_v7());
+    not_utf8.retain(|(k, _)| *k != "ce-subject");
+    not_utf8.push((
+        "ce-subject",
+        reqwest::header::HeaderValue::from_bytes(b"loan-\xff\xfe").expect("opaque bytes"),
+    ));
+    let (status, body) = send(not_utf8, b"{}".to_vec()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("quarantined")),
+        "{body}"
+    );
+
+    let (status, body) = send(event(Uuid::now_v7()), vec![b'x'; 100 * 1024]).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("quarantined")),
+        "{body}"
+    );
+
+    let (status, body) = send(event(Uuid::now_v7()), vec![b'x'; 3 * 1024 * 1024]).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{body}"
+    );
+
+    let mut huge = event(Uuid::now_v7());
+    huge.push((
+        "x-padding",
+        reqwest::header::HeaderValue::from_str(&"p".repeat(40 * 1024)).expect("value"),
+    ));
+    let (status, body) = send(huge, b"{}".to_vec()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (431, Some("headers_too_large")),
+        "{body}"
+    );
+
+    let admin = crate::support::token(setup.dir.path(), "ops", &["admin"]);
+    let inbox = setup.engine.admin_events(&admin, &setup.tenant).await;
+    assert_eq!(inbox["items"], serde_json::json!([]), "none is an event");
+    setup.engine.stop();
+}
