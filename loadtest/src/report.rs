@@ -361,7 +361,11 @@ impl Report {
         if let Some(d) = &self.delivery {
             let _ = writeln!(
                 md,
-                "| hub: Kafka → {} | **{:.0} deliveries/s** over {:.1} s ({} of {} expected, {} subscriptions) |",
+                "| hub: {} → {} | **{:.0} deliveries/s** over {:.1} s ({} of {} expected, {} subscriptions) |",
+                match self.target {
+                    crate::run::Target::Kafka => "Kafka",
+                    crate::run::Target::Http => "HTTP ingest",
+                },
                 self.sink.map_or("webhook", crate::sinks::SinkChoice::label),
                 d.rate, d.seconds, d.unique_delivered, d.expected, d.subscriptions
             );
