@@ -79,6 +79,11 @@ pub struct HubConfig {
     /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
     /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.
     pub kafka_session_timeout_ms: u32,
+    /// Static membership: this engine's `group.instance.id` (unique per engine, the same across
+    /// its restarts), so a restart gets its partitions back without waiting out the session
+    /// timeout. A stopped engine's partitions then wait that timeout before moving. Env
+    /// `STREAMING_HUB_KAFKA_INSTANCE_ID`. Unset: dynamic membership.
+    pub kafka_instance_id: Option<String>,
     /// Engine shards; 0 = one per online CPU. Env `STREAMING_HUB_SHARDS`.
     pub shards: usize,
     /// Records per shard queue before the partition is paused. Env `STREAMING_HUB_SHARD_QUEUE`.
@@ -159,6 +164,7 @@ impl Default for HubConfig {
             http_ingest: None,
             kafka_security: Default::default(),
             kafka_group: "streaming-hub".into(),
+            kafka_instance_id: None,
             kafka_metadata_refresh_ms: 10_000,
             kafka_session_timeout_ms: 45_000,
             shards: 0,
@@ -296,6 +302,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("HTTP_INGEST") {
             self.http_ingest = Some(parse(&k, v)?);
+        }
+        if let Some((_, v)) = env("KAFKA_INSTANCE_ID") {
+            self.kafka_instance_id = (!v.is_empty()).then_some(v);
         }
         if let Some((_, v)) = env("KAFKA_GROUP") {
             self.kafka_group = v;

@@ -227,6 +227,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             group_id: config.kafka_group.clone(),
             metadata_refresh_ms: config.kafka_metadata_refresh_ms,
             session_timeout_ms: config.kafka_session_timeout_ms,
+            instance_id: config.kafka_instance_id.clone(),
             // Ends well inside the stop's grace: the last offset commit (of what did become
             // durable) must still happen before the process gives up.
             drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),

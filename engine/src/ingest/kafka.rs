@@ -34,6 +34,9 @@ pub struct KafkaSettings {
     /// How often librdkafka refreshes metadata, so new matching topics join the subscription.
     pub metadata_refresh_ms: u32,
     pub session_timeout_ms: u32,
+    /// Static membership (`group.instance.id`): a restarted engine with the same id gets its
+    /// partitions back at once instead of after the session timeout.
+    pub instance_id: Option<String>,
     /// How long a stop waits for the shards to make their queued records durable before the last
     /// offset commit.
     pub drain: Duration,
@@ -88,6 +91,9 @@ pub fn consumer(
 ) -> rdkafka::error::KafkaResult<HubConsumer> {
     let mut config = ClientConfig::new();
     settings.security.apply(&mut config);
+    if let Some(id) = &settings.instance_id {
+        config.set("group.instance.id", format!("{id}{group_suffix}"));
+    }
     config
         .set("bootstrap.servers", &settings.brokers)
         .set("group.id", format!("{}{group_suffix}", settings.group_id))

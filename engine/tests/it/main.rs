@@ -19,6 +19,7 @@ mod pull_grpc;
 mod rabbitmq;
 mod readiness;
 mod receiver;
+mod static_membership;
 mod support;
 mod trace;
 mod transport_security;
