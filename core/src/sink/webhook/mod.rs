@@ -235,14 +235,17 @@ async fn read_capped(mut resp: reqwest::Response) -> String {
 
 fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
     let mut source: Option<&dyn std::error::Error> = Some(e);
-    let mut reset = false;
+    let (mut reset, mut tls) = (false, false);
     while let Some(s) = source {
         if s.downcast_ref::<NotAllowed>().is_some() {
             return Outcome::failed(ErrorClass::DestinationNotAllowed, None, s.to_string(), took);
         }
+        // The handshake's own error, typed (tokio-rustls wraps it in an io::Error).
+        tls |= s.downcast_ref::<rustls::Error>().is_some();
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind::*;
             reset |= matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe);
+            tls |= rustls_inside(io);
         }
         // hyper's words for a peer that closed the connection instead of answering.
         reset |= s
@@ -250,12 +253,19 @@ fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
             .contains("connection closed before message completed");
         source = s.source();
     }
-    let text = format!("{e:#}");
+    // The whole chain: reqwest's own words ("error sending request") name no cause.
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
     let class = if e.is_timeout() {
         ErrorClass::Timeout
     } else if reset {
         ErrorClass::ConnectionReset
-    } else if text.contains("certificate") || text.contains("tls") || text.contains("TLS") {
+    } else if tls || text.contains("certificate") || text.contains("tls") || text.contains("TLS") {
         ErrorClass::TlsError
     } else if e.is_connect() {
         ErrorClass::ConnectionFailed
@@ -263,6 +273,21 @@ fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
         ErrorClass::RequestFailed
     };
     Outcome::failed(class, None, short(&text), took)
+}
+
+/// Whether a rustls error is wrapped in `io` (tokio-rustls and hyper nest io::Errors, and an
+/// io::Error's `source()` skips the error it wraps).
+fn rustls_inside(io: &std::io::Error) -> bool {
+    let mut inner = io.get_ref();
+    while let Some(e) = inner {
+        if e.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref);
+    }
+    false
 }
 
 fn short(text: &str) -> String {
@@ -427,6 +452,118 @@ mod tests {
         assert!(
             resolver.0.load(std::sync::atomic::Ordering::SeqCst) >= 2,
             "resolved again"
+        );
+    }
+
+    /// A loopback server that hands every connection to `serve`.
+    async fn serving<F, Fut>(serve: F) -> SocketAddr
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve(socket));
+            }
+        });
+        addr
+    }
+
+    fn within(endpoint: &str, timeout: Duration) -> Attempt<'_> {
+        Attempt {
+            timeout,
+            ..attempt(endpoint)
+        }
+    }
+
+    /// Issue 19's destination chaos, R-DI-13: each misbehaviour is classified, and none holds
+    /// the attempt past its timeout.
+    #[tokio::test]
+    async fn r_di_13_misbehaving_destinations_are_classified_within_the_timeout() {
+        let limit = Duration::from_millis(800);
+        let client = loopback_allowed();
+
+        // 429 with Retry-After: a failure like any non-2xx, retried on the curve.
+        let (addr, _) = answering(
+            b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 120\r\ncontent-length: 0\r\n\r\n"
+                .to_vec(),
+        )
+        .await;
+        let outcome = client
+            .send(&within(&format!("http://{addr}/h"), limit), &keys())
+            .await;
+        assert_eq!(
+            (outcome.error_class, outcome.status_code),
+            (Some(ErrorClass::HttpStatus), Some(429)),
+            "{outcome:?}"
+        );
+
+        // Accepts the connection and never reads or answers.
+        let silent = serving(|socket| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(socket);
+        })
+        .await;
+        let started = Instant::now();
+        let outcome = client
+            .send(&within(&format!("http://{silent}/h"), limit), &keys())
+            .await;
+        assert_eq!(
+            outcome.error_class,
+            Some(ErrorClass::Timeout),
+            "{outcome:?}"
+        );
+        assert!(
+            started.elapsed() < limit + Duration::from_secs(1),
+            "held past its timeout"
+        );
+
+        // Answers 200 at once, then trickles its body a byte a second: the answer counts, the
+        // body is cut at the timeout.
+        let trickle = serving(|mut socket| async move {
+            let mut buf = vec![0u8; 65536];
+            let _ = socket.read(&mut buf).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+                .await;
+            for _ in 0..100 {
+                if socket.write_all(b"x").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+        .await;
+        let started = Instant::now();
+        let outcome = client
+            .send(&within(&format!("http://{trickle}/h"), limit), &keys())
+            .await;
+        assert!(outcome.success, "{outcome:?}");
+        assert!(
+            started.elapsed() < limit + Duration::from_secs(1),
+            "held past its timeout"
+        );
+
+        // Speaks plain HTTP where TLS is expected: a TLS failure, not a delivery.
+        let plain = serving(|mut socket| async move {
+            let mut buf = vec![0u8; 65536];
+            let _ = socket.read(&mut buf).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        })
+        .await;
+        let outcome = client
+            .send(&within(&format!("https://{plain}/h"), limit), &keys())
+            .await;
+        assert_eq!(
+            outcome.error_class,
+            Some(ErrorClass::TlsError),
+            "{outcome:?}"
         );
     }
 }
