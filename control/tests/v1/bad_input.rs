@@ -88,3 +88,32 @@ pub(super) async fn r_cp_18_every_body_route_refuses_malformed_input_with_a_code
     );
     assert_eq!(listing(&hub, &tok).await, before, "nothing written");
 }
+
+/// R-CP-19: the document names the refusals every operation can give — 401 and 403 (every
+/// route takes a token), and 413 and 415 wherever a body is read — so a client generated from it
+/// (or schemathesis) meets no undocumented status.
+#[test]
+fn r_cp_19_every_operation_documents_its_token_and_body_refusals() {
+    let doc: Value =
+        serde_json::from_str(include_str!("../../../schema/openapi/v1.json")).expect("JSON");
+    let mut operations = 0;
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("operations") {
+            let Some(responses) = op["responses"].as_object() else {
+                continue; // `parameters`
+            };
+            let mut expected = vec!["401", "403"];
+            if op.get("requestBody").is_some() {
+                expected.extend(["413", "415"]);
+            }
+            for status in expected {
+                assert!(
+                    responses.contains_key(status),
+                    "{method} {path} does not document {status}"
+                );
+            }
+            operations += 1;
+        }
+    }
+    assert!(operations >= 18, "{operations} operations read");
+}
