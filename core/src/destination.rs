@@ -303,7 +303,7 @@ pub async fn check_endpoint(
     let Some(endpoint) = endpoint else {
         return check_endpoint_as_sent(policy, resolver, kind, None)
             .await
-            .map(|()| None);
+            .map(|_| None);
     };
     if endpoint
         .chars()
@@ -313,11 +313,8 @@ pub async fn check_endpoint(
             "an endpoint has no spaces or control characters",
         ));
     }
-    check_endpoint_as_sent(policy, resolver, kind, Some(endpoint)).await?;
-    match kind {
-        SinkKind::Webhook | SinkKind::Rabbitmq => {
-            let url =
-                url::Url::parse(endpoint).map_err(|_| invalid_endpoint("endpoint is not a URL"))?;
+    match check_endpoint_as_sent(policy, resolver, kind, Some(endpoint)).await? {
+        Some(url) => {
             if !endpoint[url.scheme().len()..].starts_with("://") {
                 return Err(invalid_endpoint(format!(
                     "write the endpoint as {}://host/…",
@@ -326,19 +323,20 @@ pub async fn check_endpoint(
             }
             Ok(Some(url.to_string()))
         }
-        _ => Ok(Some(endpoint.to_owned())),
+        None => Ok(Some(endpoint.to_owned())),
     }
 }
 
-/// The shape and address rules of [`check_endpoint`], on the endpoint as sent.
+/// The shape and address rules of [`check_endpoint`], on the endpoint as sent; a webhook's or
+/// RabbitMQ's endpoint comes back parsed.
 async fn check_endpoint_as_sent(
     policy: &DestinationPolicy,
     resolver: &dyn Resolver,
     kind: SinkKind,
     endpoint: Option<&str>,
-) -> Result<(), ApiError> {
+) -> Result<Option<url::Url>, ApiError> {
     let endpoint = match (kind, endpoint) {
-        (SinkKind::Pull, None) => return Ok(()),
+        (SinkKind::Pull, None) => return Ok(None),
         (SinkKind::Pull, Some(_)) => {
             return Err(invalid_endpoint("a pull subscription has no endpoint"))
         }
@@ -353,12 +351,12 @@ async fn check_endpoint_as_sent(
     match kind {
         SinkKind::Sqs => {
             return crate::sink::sqs::endpoint::SqsTarget::parse(endpoint)
-                .map(|_| ())
+                .map(|_| None)
                 .map_err(invalid_endpoint)
         }
         SinkKind::Eventbridge => {
             return crate::sink::eventbridge::endpoint::BusTarget::parse(endpoint)
-                .map(|_| ())
+                .map(|_| None)
                 .map_err(invalid_endpoint)
         }
         _ => {}
@@ -403,7 +401,7 @@ async fn check_endpoint_as_sent(
         return Err(invalid_endpoint("a webhook endpoint must use https"));
     }
     if allowed {
-        return Ok(());
+        return Ok(Some(url));
     }
     let literal = match url.host() {
         Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
@@ -432,7 +430,7 @@ async fn check_endpoint_as_sent(
             return Err(not_allowed(why));
         }
     }
-    Ok(())
+    Ok(Some(url))
 }
 
 #[cfg(test)]

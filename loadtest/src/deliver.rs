@@ -66,40 +66,39 @@ impl Subscribed {
 
 /// A producer's token for HTTP ingest of every source (R-SEC-4).
 pub fn producer_token(data_dir: &std::path::Path) -> anyhow::Result<String> {
-    let secret = std::fs::read_to_string(data_dir.join("jwt-hs256.secret"))?;
-    let now = u64::try_from(crate::machine::unix_ms() / 1000)?;
-    hub_control::auth::mint_hs256_ingest(
-        secret.trim().as_bytes(),
-        &hub_control::auth::Mint {
-            issuer: "access-manager",
-            audience: "streaming-hub",
-            subject: "loadtest-producer",
-            tenant: "platform",
-            permissions: &["ingest"],
-            ttl_s: 3600,
-            now_s: now,
-        },
+    mint(
+        data_dir,
+        ("loadtest-producer", "platform"),
+        &["ingest"],
         &["*"],
     )
-    .map_err(|e| anyhow::anyhow!("minting a producer token: {e}"))
 }
 
 fn token(data_dir: &std::path::Path, tenant: &str) -> anyhow::Result<String> {
+    let permissions = ["subscriptions:get", "subscriptions:post"];
+    mint(data_dir, ("loadtest", tenant), &permissions, &[])
+}
+
+/// A token signed with the hub's generated HS256 secret; `sources` for an ingest token.
+fn mint(
+    data_dir: &std::path::Path,
+    (subject, tenant): (&str, &str),
+    permissions: &[&str],
+    sources: &[&str],
+) -> anyhow::Result<String> {
     let secret = std::fs::read_to_string(data_dir.join("jwt-hs256.secret"))?;
     let now = u64::try_from(crate::machine::unix_ms() / 1000)?;
-    hub_control::auth::mint_hs256(
-        secret.trim().as_bytes(),
-        &hub_control::auth::Mint {
-            issuer: "access-manager",
-            audience: "streaming-hub",
-            subject: "loadtest",
-            tenant,
-            permissions: &["subscriptions:get", "subscriptions:post"],
-            ttl_s: 3600,
-            now_s: now,
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("minting a token: {e}"))
+    let mint = hub_control::auth::Mint {
+        issuer: "access-manager",
+        audience: "streaming-hub",
+        subject,
+        tenant,
+        permissions,
+        ttl_s: 3600,
+        now_s: now,
+    };
+    hub_control::auth::mint_hs256_ingest(secret.trim().as_bytes(), &mint, sources)
+        .map_err(|e| anyhow::anyhow!("minting a token: {e}"))
 }
 
 /// Creates and activates every subscription of the run.
