@@ -50,9 +50,15 @@ pub struct HubConfig {
     /// Replication map for a new keyspace. Env `STREAMING_HUB_CQL_REPLICATION`.
     /// Default `{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}`.
     pub cql_replication: String,
-    /// How long accepted events are kept, in seconds. Env `STREAMING_HUB_RETENTION_S`. Default
-    /// 7 days. (The CQL store expires rows; the embedded store does not prune yet.)
+    /// How long accepted events (and dead letters) are kept, in seconds (R-OP-5). Env
+    /// `STREAMING_HUB_RETENTION_S`. Default 7 days.
     pub retention_s: u32,
+    /// How long quarantine records and DLQ observations are kept, in seconds (R-OP-5). Env
+    /// `STREAMING_HUB_FORENSICS_RETENTION_S`. Default 30 days.
+    pub forensics_retention_s: u32,
+    /// How often the embedded store removes what has outlived its window, in ms (the CQL store's
+    /// rows expire by TTL). Env `STREAMING_HUB_RETENTION_PASS_MS`. Default 60000.
+    pub retention_pass_ms: u64,
     /// Dedup window in seconds, at least the retention (R-IN-6). Env `STREAMING_HUB_DEDUP_WINDOW_S`.
     /// Default 7 days.
     pub dedup_window_s: u32,
@@ -84,6 +90,10 @@ pub struct HubConfig {
     /// timeout. A stopped engine's partitions then wait that timeout before moving. Env
     /// `STREAMING_HUB_KAFKA_INSTANCE_ID`. Unset: dynamic membership.
     pub kafka_instance_id: Option<String>,
+    /// The sources whose `lerian.streaming.<source>` topics (and `.dlq` topics) this engine
+    /// consumes: `*` for every one, or a comma-separated list, so separate deployments can
+    /// serve separate sources. Env `STREAMING_HUB_KAFKA_SOURCES`. Default `*`.
+    pub kafka_sources: crate::ingest::kafka_topics::SourceSelection,
     /// Engine shards; 0 = one per online CPU. Env `STREAMING_HUB_SHARDS`.
     pub shards: usize,
     /// Records per shard queue before the partition is paused. Env `STREAMING_HUB_SHARD_QUEUE`.
@@ -158,6 +168,8 @@ impl Default for HubConfig {
             cql_replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
             retention_s: 7 * 86_400,
             dedup_window_s: 7 * 86_400,
+            forensics_retention_s: 30 * 86_400,
+            retention_pass_ms: crate::store::expiry::EVERY.as_millis() as u64,
             data_dir: PathBuf::from(".hub-data"),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             kafka_brokers: None,
@@ -165,6 +177,7 @@ impl Default for HubConfig {
             kafka_security: Default::default(),
             kafka_group: "streaming-hub".into(),
             kafka_instance_id: None,
+            kafka_sources: Default::default(),
             kafka_metadata_refresh_ms: 10_000,
             kafka_session_timeout_ms: 45_000,
             shards: 0,
@@ -271,6 +284,12 @@ impl HubConfig {
         if let Some((k, v)) = env("DEDUP_WINDOW_S") {
             self.dedup_window_s = parse(&k, v)?;
         }
+        if let Some((k, v)) = env("FORENSICS_RETENTION_S") {
+            self.forensics_retention_s = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("RETENTION_PASS_MS") {
+            self.retention_pass_ms = parse(&k, v)?;
+        }
         if let Some((_, v)) = env("DATA_DIR") {
             self.data_dir = v.into();
         }
@@ -305,6 +324,9 @@ impl HubConfig {
         }
         if let Some((_, v)) = env("KAFKA_INSTANCE_ID") {
             self.kafka_instance_id = (!v.is_empty()).then_some(v);
+        }
+        if let Some((k, v)) = env("KAFKA_SOURCES") {
+            self.kafka_sources = parse(&k, v)?;
         }
         if let Some((_, v)) = env("KAFKA_GROUP") {
             self.kafka_group = v;
@@ -417,6 +439,15 @@ impl HubConfig {
         self.http_ingest.unwrap_or(self.kafka_brokers.is_none())
     }
 
+    /// The windows the stores keep rows for (R-OP-5).
+    pub fn retention(&self) -> crate::store::Retention {
+        crate::store::Retention {
+            events_s: self.retention_s,
+            dedup_s: self.dedup_window_s,
+            forensics_s: self.forensics_retention_s,
+        }
+    }
+
     /// The CQL contact points, trimmed, empty entries dropped.
     pub fn cql_node_list(&self) -> Vec<String> {
         self.cql_nodes
@@ -442,6 +473,11 @@ impl HubConfig {
             return Err(ConfigError::Invalid(
                 "dedup_window_s must be at least retention_s, and retention_s above 0 (R-IN-6)"
                     .into(),
+            ));
+        }
+        if self.forensics_retention_s == 0 || self.retention_pass_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "forensics_retention_s and retention_pass_ms must be above 0 (R-OP-5)".into(),
             ));
         }
         if self.store == StoreKind::Cql && self.cql_node_list().is_empty() {

@@ -32,6 +32,7 @@ pub(crate) fn cql_settings(config: &HubConfig) -> CqlSettings {
         replication: config.cql_replication.clone(),
         dedup_ttl_s: config.dedup_window_s,
         retention_ttl_s: config.retention_s,
+        forensics_ttl_s: config.forensics_retention_s,
         ..CqlSettings::default()
     }
 }
@@ -45,7 +46,8 @@ fn open_store(config: &HubConfig, tokio: &tokio::runtime::Runtime) -> anyhow::Re
         StoreKind::Embedded => {
             let path = config.data_dir.join("hub.redb");
             let store = EmbeddedStore::open(&path)
-                .with_context(|| format!("opening {}", path.display()))?;
+                .with_context(|| format!("opening {}", path.display()))?
+                .with_retention(config.retention());
             tracing::info!(path = %path.display(), "embedded store open");
             Ok((Arc::new(store), None))
         }
@@ -116,6 +118,11 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             stop.clone(),
         ));
     }
+    tokio.spawn(crate::store::expiry::run(
+        store.clone(),
+        Duration::from_millis(config.retention_pass_ms),
+        stop.clone(),
+    ));
     let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
     let shards_done = Arc::new(AtomicBool::new(false));
     let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -232,6 +239,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             // durable) must still happen before the process gives up.
             drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),
             security: config.kafka_security.clone(),
+            sources: config.kafka_sources.clone(),
         };
         threads.extend(start_kafka(
             settings,
@@ -385,6 +393,10 @@ fn start_kafka(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     let drain = settings.drain;
+    let (ingest_topics, dlq_topics) = (
+        settings.sources.ingest_pattern(),
+        settings.sources.dlq_pattern(),
+    );
     let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
     let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
     let consumer_thread = {
@@ -394,6 +406,7 @@ fn start_kafka(
             .spawn(move || {
                 if let Err(e) = run_ingest_consumer(
                     ingest_consumer,
+                    &ingest_topics,
                     senders,
                     commit_rx,
                     stop,
@@ -410,7 +423,9 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-dlq".into())
             .spawn(move || {
-                if let Err(e) = dlq::run_dlq_consumer(dlq_consumer, store, handle, stop) {
+                if let Err(e) =
+                    dlq::run_dlq_consumer(dlq_consumer, &dlq_topics, store, handle, stop)
+                {
                     tracing::error!(error = %e, "dlq observer failed");
                 }
             })?

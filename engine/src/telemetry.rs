@@ -207,6 +207,15 @@ pub struct Metrics {
     /// `streaming_hub_kafka_consumer_lag{topic,partition}`: records behind the partition's end,
     /// as librdkafka last reported (every 5 s).
     pub consumer_lag: Family<PartitionLabels, Gauge>,
+    /// `streaming_hub_store_expired_total{kind}`: rows removed by retention (R-OP-5) — `event`,
+    /// `dedup_mark`, `quarantined`, `dlq_observation`, `dead_letter` (on CQL the server's TTLs
+    /// remove rows, and these stay 0).
+    pub store_expired: Family<KindLabel, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -257,6 +266,7 @@ impl Metrics {
         let store_write_seconds = Family::new_with_constructor(short_buckets as fn() -> Histogram);
         let breakers_open = Gauge::default();
         let consumer_lag = Family::default();
+        let store_expired = Family::default();
         registry.register(
             "delivery_attempt_seconds",
             "One delivery attempt's duration, per sink kind",
@@ -287,6 +297,11 @@ impl Metrics {
             "Records behind each consumed partition's end",
             consumer_lag.clone(),
         );
+        registry.register(
+            "store_expired",
+            "Rows removed by retention, per kind",
+            store_expired.clone(),
+        );
         Self {
             registry,
             attempt_seconds,
@@ -295,6 +310,22 @@ impl Metrics {
             store_write_seconds,
             breakers_open,
             consumer_lag,
+            store_expired,
+        }
+    }
+
+    /// Counts what a retention pass removed.
+    pub fn expired(&self, e: &crate::store::Expired) {
+        for (kind, n) in [
+            ("event", e.events),
+            ("dedup_mark", e.dedup_marks),
+            ("quarantined", e.quarantined),
+            ("dlq_observation", e.dlq_observations),
+            ("dead_letter", e.dead_letters),
+        ] {
+            self.store_expired
+                .get_or_create(&KindLabel { kind })
+                .inc_by(n);
         }
     }
 

@@ -9,7 +9,7 @@ use rdkafka::consumer::{CommitMode, Consumer};
 
 use crate::ingest::kafka::{no_topic_yet, HubConsumer};
 
-use super::kafka::{record_from, DLQ_TOPICS};
+use super::kafka::record_from;
 use super::{bounded_headers, RecordIn};
 use crate::store::{DlqObservation, Store, QUARANTINE_VALUE_PREFIX};
 use crate::verdict::{dlq_topic_source, Attr, CeHeaders};
@@ -44,11 +44,12 @@ pub fn observation(r: &RecordIn, now_ms: i64) -> DlqObservation {
 /// Polls `.dlq` topics until `stop`, recording observations before committing their offsets.
 pub fn run_dlq_consumer(
     consumer: HubConsumer,
+    topics: &str,
     store: Arc<dyn Store>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
-    consumer.subscribe(&[DLQ_TOPICS])?;
+    consumer.subscribe(&[topics])?;
     let mut pending = Vec::new();
     let mut since = Instant::now();
     while !stop.load(Ordering::Acquire) {

@@ -21,11 +21,6 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use super::router::shard_for;
 use super::RecordIn;
 
-/// The topics the hub ingests (R-IN-1). librdkafka treats a leading `^` as a regex.
-pub const INGEST_TOPICS: &str = r"^lerian\.streaming\.[a-z0-9][a-z0-9_-]*$";
-/// Producer dead-letter topics, observed only (R-IN-9).
-pub const DLQ_TOPICS: &str = r"^lerian\.streaming\.[a-z0-9][a-z0-9_-]*\.dlq$";
-
 /// Kafka connection settings shared by the ingest and DLQ consumers.
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
@@ -42,6 +37,8 @@ pub struct KafkaSettings {
     pub drain: Duration,
     /// Security protocol, SASL and CA.
     pub security: super::kafka_security::KafkaSecurity,
+    /// The sources whose topics (and `.dlq` topics) this engine consumes.
+    pub sources: super::kafka_topics::SourceSelection,
 }
 
 /// A durable position a shard reports back: everything before `next_offset` is stored.
@@ -76,7 +73,29 @@ impl rdkafka::client::ClientContext for HubContext {
     }
 }
 
-impl rdkafka::consumer::ConsumerContext for HubContext {}
+/// Logs each change of the consumer's partitions at info: when an engine makes no progress, an
+/// operator first asks which partitions it holds.
+impl rdkafka::consumer::ConsumerContext for HubContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &rdkafka::consumer::Rebalance<'_>) {
+        use rdkafka::consumer::Rebalance;
+        let named = |list: &TopicPartitionList| {
+            list.elements()
+                .iter()
+                .map(|e| format!("{}[{}]", e.topic(), e.partition()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        match rebalance {
+            Rebalance::Assign(list) => {
+                tracing::info!(partitions = named(list), "partitions assigned")
+            }
+            Rebalance::Revoke(list) => {
+                tracing::info!(partitions = named(list), "partitions revoked")
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance failed"),
+        }
+    }
+}
 
 /// A subscription's pattern matches no topic (yet): not a fault.
 pub fn no_topic_yet(error: &rdkafka::error::KafkaError) -> bool {
@@ -138,6 +157,7 @@ pub fn record_from<M: Message>(m: &M) -> RecordIn {
 /// the shards to finish their queued records and commits what they reported durable.
 pub fn run_ingest_consumer(
     consumer: HubConsumer,
+    topics: &str,
     shards: Vec<async_channel::Sender<RecordIn>>,
     commits: mpsc::Receiver<Commit>,
     stop: Arc<AtomicBool>,
@@ -145,7 +165,7 @@ pub fn run_ingest_consumer(
     health: Arc<crate::readiness::ComponentState>,
     drain: Duration,
 ) -> anyhow::Result<()> {
-    consumer.subscribe(&[INGEST_TOPICS])?;
+    consumer.subscribe(&[topics])?;
     let mut router = Router {
         consumer: &consumer,
         shards,

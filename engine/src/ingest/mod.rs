@@ -7,6 +7,7 @@ pub mod http;
 pub mod jobs;
 pub mod kafka;
 pub mod kafka_security;
+pub mod kafka_topics;
 pub mod router;
 pub mod shard;
 

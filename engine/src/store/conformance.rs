@@ -43,7 +43,7 @@ pub fn event(tenant: &str, key: &str) -> InboxEvent {
     }
 }
 
-fn quarantined(
+pub(super) fn quarantined(
     topic: &str,
     offset: i64,
     reason: &str,

@@ -32,14 +32,14 @@ fn attempt(success: bool, at_ms: i64) -> AttemptRecord {
     }
 }
 
-async fn due(store: &dyn Store, lane: Lane, now: i64) -> Vec<super::JobRecord> {
+pub(super) async fn due(store: &dyn Store, lane: Lane, now: i64) -> Vec<super::JobRecord> {
     store
         .due_jobs(vec![lane], now, 1000, 10_000, 0, Arc::new(HashSet::new()))
         .await
         .expect("due jobs")
 }
 
-async fn write_with_jobs(
+pub(super) async fn write_with_jobs(
     store: &dyn Store,
     unit: &UnitId,
     lane: Lane,
@@ -58,7 +58,7 @@ async fn write_with_jobs(
         .expect("batch written");
 }
 
-fn step(settle: Vec<Settlement>, start: Vec<u128>, now: i64) -> DeliveryStep {
+pub(super) fn step(settle: Vec<Settlement>, start: Vec<u128>, now: i64) -> DeliveryStep {
     DeliveryStep {
         settle,
         start,

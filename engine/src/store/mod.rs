@@ -9,8 +9,11 @@ pub mod codec;
 pub mod conformance;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance_jobs;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance_retention;
 pub mod cql;
 pub mod embedded;
+pub mod expiry;
 mod jobs;
 mod model;
 pub mod timings;
@@ -42,6 +45,47 @@ pub enum StoreError {
     /// Stored bytes could not be decoded (corruption or an incompatible version).
     #[error("corrupt stored record: {0}")]
     Corrupt(String),
+}
+
+/// How long a store keeps what it holds (R-OP-5, R-IN-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Accepted events (the inbox), and dead letters, whose events they are.
+    pub events_s: u32,
+    /// Dedup marks: at least `events_s`, so an event still stored is never accepted twice.
+    pub dedup_s: u32,
+    /// Quarantine records and DLQ observations.
+    pub forensics_s: u32,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            events_s: 7 * 86_400,
+            dedup_s: 7 * 86_400,
+            forensics_s: 30 * 86_400,
+        }
+    }
+}
+
+/// What one `Store::expire` call removed, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    pub events: u64,
+    pub dedup_marks: u64,
+    pub quarantined: u64,
+    pub dlq_observations: u64,
+    pub dead_letters: u64,
+}
+
+impl Expired {
+    pub fn total(&self) -> u64 {
+        self.events
+            + self.dedup_marks
+            + self.quarantined
+            + self.dlq_observations
+            + self.dead_letters
+    }
 }
 
 /// The contract both stores keep.
@@ -170,6 +214,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// How many jobs wait (all lanes), for metrics and the load test.
     async fn pending_jobs(&self) -> Result<u64, StoreError>;
+
+    /// Removes, up to a bounded amount of work per call, what has outlived its window (R-OP-5):
+    /// events, dedup marks, quarantine records, DLQ observations and dead letters. A store whose
+    /// rows expire by themselves (CQL's TTLs) has nothing to do here.
+    async fn expire(&self, now_ms: i64) -> Result<Expired, StoreError>;
 
     /// Time spent per phase of `write_batch` since start (for `/metrics` and the load test).
     fn write_timings(&self) -> Vec<timings::PhaseTotal> {

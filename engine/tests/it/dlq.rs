@@ -20,11 +20,12 @@ async fn r_in_9_dead_lettered_records_are_observed_never_delivered() {
     let dir = tempfile::tempdir().expect("tempdir");
     let source = format!("dlqsrc{}", &Uuid::now_v7().simple().to_string()[20..]);
     let topic = format!("lerian.streaming.{source}.dlq");
-    let engine = Engine::start(
+    let engine = Engine::start_with(
         dir.path(),
         &format!("dlq-{}", Uuid::now_v7().simple()),
         free_port(),
         Backend::Embedded,
+        &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
     );
     engine.wait_ready().await;
 

@@ -131,7 +131,13 @@ async fn fifty_thousand_mixed_records(backend: Backend) {
     let produced = produce_workload(&topic, &source, &ns, RECORDS, 7).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let group = format!("{ns}-group");
-    let engine = Engine::start(dir.path(), &group, free_port(), backend);
+    let engine = Engine::start_with(
+        dir.path(),
+        &group,
+        free_port(),
+        backend,
+        &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
+    );
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
 
@@ -219,7 +225,13 @@ async fn kill_9_three_times(backend: Backend) {
     let port = free_port();
     let mut rng = rand::rngs::StdRng::from_entropy();
     for crash in 0..3 {
-        let engine = Engine::start(dir.path(), &group, port, backend);
+        let engine = Engine::start_with(
+            dir.path(),
+            &group,
+            port,
+            backend,
+            &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
+        );
         engine.wait_ready().await;
         // Kill at a random moment while it is making progress (it first waits for the previous
         // incarnation's session to expire before it gets partitions): after a random further
@@ -256,7 +268,13 @@ async fn kill_9_three_times(backend: Backend) {
             state.iter().map(|s| s.2).sum::<i64>()
         );
     }
-    let engine = Engine::start(dir.path(), &group, port, backend);
+    let engine = Engine::start_with(
+        dir.path(),
+        &group,
+        port,
+        backend,
+        &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
+    );
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
     engine.stop();

@@ -12,6 +12,8 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_op_1_a_restarted_static_member_gets_its_partitions_back_without_waiting_the_session() {
+    // It produces to the shared `lender` topic, which a test holding the broker may reset.
+    let _broker = exclusive_broker().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let group = format!("static-{}", Uuid::now_v7().simple());
     let instance = format!("engine-{}", Uuid::now_v7().simple());

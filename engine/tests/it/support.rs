@@ -120,9 +120,10 @@ impl Engine {
     ) -> Engine {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_streaming-hub"));
         backend.configure(&mut cmd);
-        // The engine's log (warnings; `HUB_TEST_ENGINE_LOG` sets another filter) goes to a file
-        // in its data directory, shown when the test fails.
-        let filter = std::env::var("HUB_TEST_ENGINE_LOG").unwrap_or_else(|_| "warn".into());
+        // The engine's log (warnings and partition assignments; `HUB_TEST_ENGINE_LOG` sets
+        // another filter) goes to a file in its data directory, shown when the test fails.
+        let filter = std::env::var("HUB_TEST_ENGINE_LOG")
+            .unwrap_or_else(|_| "warn,hub_engine::ingest::kafka=info".into());
         cmd.env("STREAMING_HUB_LOG", filter);
         let log = data_dir.join(ENGINE_LOG);
         let file = std::fs::OpenOptions::new()
@@ -140,7 +141,11 @@ impl Engine {
             // Tests post events over HTTP too (R-SEC-4: off by default beside Kafka).
             .env("STREAMING_HUB_HTTP_INGEST", "true")
             // The broker's minimum: a killed engine's partitions move on after 6 s, not 45.
-            .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000");
+            .env("STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS", "6000")
+            // The shared sources the delivery tests produce to (`lender`) and the hub's own
+            // events: an engine does not follow other tests' topics as they are made and deleted
+            // (each one a rebalance). Tests with a source of their own name it.
+            .env("STREAMING_HUB_KAFKA_SOURCES", "lender,hub");
         // The test's own settings last: they may override the ones above.
         cmd.envs(env.iter().copied());
         let child = cmd.spawn().expect("engine binary starts");
@@ -569,8 +574,12 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The engine subscribes to every `lerian.streaming.*` topic, so tests that count what it ingests
-/// run one at a time on a broker holding no other ingest topic. Returns the guard to hold.
+/// The topics tests share: `lender`, which the delivery tests produce to, and the hub's own events.
+const SHARED_TOPICS: [&str; 2] = ["lerian.streaming.lender", "lerian.streaming.hub"];
+
+/// Tests that count what an engine ingests from the shared topics run one at a time, on shared
+/// topics emptied first (a new consumer group reads them from the start). Topics of a test's own
+/// source are left alone: only that test's engine subscribes to them. Returns the guard to hold.
 pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let guard = LOCK.lock().await;
@@ -578,20 +587,10 @@ pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
         .set("bootstrap.servers", KAFKA)
         .create()
         .expect("admin");
-    let metadata = admin
-        .inner()
-        .fetch_metadata(None, Duration::from_secs(10))
-        .expect("metadata");
-    let stale: Vec<String> = metadata
-        .topics()
-        .iter()
-        .map(|t| t.name().to_owned())
-        .filter(|n| n.starts_with("lerian.streaming."))
-        .collect();
-    if !stale.is_empty() {
-        let names: Vec<&str> = stale.iter().map(String::as_str).collect();
-        let _ = admin.delete_topics(&names, &AdminOptions::new()).await;
-    }
+    // Absent topics answer "unknown topic", which is the state wanted.
+    let _ = admin
+        .delete_topics(&SHARED_TOPICS, &AdminOptions::new())
+        .await;
     guard
 }
 

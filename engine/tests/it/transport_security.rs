@@ -35,6 +35,8 @@ fn sasl_ssl(password: &str) -> Vec<(&'static str, String)> {
 /// R-OP-3 (issue 16): the engine consumes over SASL_SSL with the CA it is given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_op_3_the_engine_consumes_over_sasl_and_tls() {
+    // It produces to the shared `lender` topic, which a test holding the broker may reset.
+    let _broker = crate::support::exclusive_broker().await;
     let env = sasl_ssl("hub-secret");
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let setup = Setup::start_with("kafka-sasl-ssl", Backend::Embedded, &env).await;

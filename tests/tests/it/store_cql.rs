@@ -66,6 +66,28 @@ async fn jobs_store(name: &str) -> (CqlStore, String, Lane) {
     (store, unique(name), fresh_lanes())
 }
 
+/// R-OP-5: rows written with short TTLs are gone after their windows, as on the embedded store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_5_cql_store_expires_everything_after_its_window() {
+    use hub_engine::store::conformance_retention as retention;
+    require("cassandra", CQL);
+    let windows = retention::short_windows();
+    let store = CqlStore::connect(CqlSettings {
+        retention_ttl_s: windows.events_s,
+        dedup_ttl_s: windows.dedup_s,
+        forensics_ttl_s: windows.forensics_s,
+        ..settings()
+    })
+    .await
+    .expect("connect");
+    let ns = unique("cqlret");
+    retention::everything_expires_after_its_window(Arc::new(store), &ns, fresh_lanes()).await;
+    report(
+        "cassandra",
+        &format!("{CQL}: events, dedup marks, forensics and dead letters expired by TTL ({ns})"),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_1_cql_store_passes_the_delivery_conformance_suite() {
     let (store, ns, lanes) = jobs_store("cqljobs").await;

@@ -131,7 +131,8 @@ impl JobStatements {
             )
             .await?,
             dead_put: p(
-                "INSERT INTO dead_letters (tenant, subscription, id, letter) VALUES (?, ?, ?, ?)",
+                "INSERT INTO dead_letters (tenant, subscription, id, letter) VALUES (?, ?, ?, ?) \
+                 USING TTL ?",
                 Plain,
             )
             .await?,

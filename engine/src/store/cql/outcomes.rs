@@ -159,6 +159,8 @@ impl CqlStore {
                     job.subscription,
                     &id_key(job.id)[..],
                     encode(letter),
+                    // A dead letter lives as long as its event (R-OP-5).
+                    Self::ttl(self.settings.retention_ttl_s),
                 ),
             )
             .await

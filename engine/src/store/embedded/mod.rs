@@ -9,6 +9,7 @@
 
 mod delivery;
 mod group_commit;
+mod retention;
 mod tables;
 
 use std::collections::HashSet;
@@ -35,6 +36,9 @@ pub struct EmbeddedStore {
     /// One phase: the whole fsynced transaction of a group of batches.
     timings: Arc<PhaseTimings>,
     commits: Arc<group_commit::Committer>,
+    retention: super::Retention,
+    /// Where the next retention pass goes on walking dead letters.
+    dead_letter_cursor: Arc<std::sync::Mutex<retention::DeadLetterCursor>>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -68,7 +72,15 @@ impl EmbeddedStore {
             db,
             timings,
             commits,
+            retention: super::Retention::default(),
+            dead_letter_cursor: Arc::default(),
         })
+    }
+
+    /// The windows `expire` keeps rows for (default: `Retention::default()`).
+    pub fn with_retention(mut self, retention: super::Retention) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Runs blocking redb work off the async threads.
@@ -197,6 +209,15 @@ impl Store for EmbeddedStore {
 
     async fn pending_jobs(&self) -> Result<u64, StoreError> {
         self.blocking(delivery::pending).await
+    }
+
+    async fn expire(&self, now_ms: i64) -> Result<super::Expired, StoreError> {
+        let (retention, cursor) = (self.retention, self.dead_letter_cursor.clone());
+        self.blocking(move |db| {
+            let mut cursor = cursor.lock().unwrap_or_else(|e| e.into_inner());
+            retention::expire(db, retention, now_ms, &mut cursor)
+        })
+        .await
     }
 
     fn write_timings(&self) -> Vec<PhaseTotal> {
@@ -399,6 +420,16 @@ mod tests {
         let store: Arc<dyn Store> = Arc::new(store);
         crate::store::conformance::run_all(store.clone(), "embedded").await;
         crate::store::conformance_jobs::run_all(store, "embedded", 60).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_op_5_embedded_store_expires_everything_after_its_window() {
+        use crate::store::conformance_retention as retention;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::open(&dir.path().join("hub.redb"))
+            .expect("open")
+            .with_retention(retention::short_windows());
+        retention::everything_expires_after_its_window(Arc::new(store), "embedded", 7).await;
     }
 
     #[tokio::test]

@@ -6,6 +6,10 @@ use redb::{TableDefinition, WriteTransaction};
 pub const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 /// `(tenant, ce-id)` → `seq`: the dedup marks (R-IN-6).
 pub const DEDUP: TableDefinition<(&str, u128), u64> = TableDefinition::new("dedup");
+/// `(ends at ms, tenant, ce-id)`: dedup marks that outlive their events (a dedup window longer
+/// than the retention), by the time they end (R-OP-5).
+pub const DEDUP_EXPIRY: TableDefinition<(u64, &str, u128), ()> =
+    TableDefinition::new("dedup_expiry");
 /// `tenant` → last assigned `seq`.
 pub const TENANT_SEQ: TableDefinition<&str, u64> = TableDefinition::new("tenant_seq");
 /// `(topic, partition)` → `(generation, next offset or -1)`: ownership fence and durable position.
@@ -51,6 +55,7 @@ pub const DLQ_NEXT: &str = "dlq_next";
 pub fn create_tables(txn: &WriteTransaction) -> Result<(), redb::TableError> {
     txn.open_table(EVENTS)?;
     txn.open_table(DEDUP)?;
+    txn.open_table(DEDUP_EXPIRY)?;
     txn.open_table(TENANT_SEQ)?;
     txn.open_table(UNITS)?;
     txn.open_table(QUARANTINE)?;
