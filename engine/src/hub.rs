@@ -393,12 +393,15 @@ fn start_kafka(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     let drain = settings.drain;
-    let (ingest_topics, dlq_topics) = (
-        settings.sources.ingest_pattern(),
-        settings.sources.dlq_pattern(),
-    );
+    use rdkafka::consumer::Consumer;
     let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
+    ingest_consumer
+        .subscribe(&[&settings.sources.ingest_pattern()])
+        .context("subscribing to the sources' topics")?;
     let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
+    dlq_consumer
+        .subscribe(&[&settings.sources.dlq_pattern()])
+        .context("subscribing to the sources' .dlq topics")?;
     let consumer_thread = {
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -406,7 +409,6 @@ fn start_kafka(
             .spawn(move || {
                 if let Err(e) = run_ingest_consumer(
                     ingest_consumer,
-                    &ingest_topics,
                     senders,
                     commit_rx,
                     stop,
@@ -423,9 +425,7 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-dlq".into())
             .spawn(move || {
-                if let Err(e) =
-                    dlq::run_dlq_consumer(dlq_consumer, &dlq_topics, store, handle, stop)
-                {
+                if let Err(e) = dlq::run_dlq_consumer(dlq_consumer, store, handle, stop) {
                     tracing::error!(error = %e, "dlq observer failed");
                 }
             })?

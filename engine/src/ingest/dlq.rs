@@ -44,12 +44,10 @@ pub fn observation(r: &RecordIn, now_ms: i64) -> DlqObservation {
 /// Polls `.dlq` topics until `stop`, recording observations before committing their offsets.
 pub fn run_dlq_consumer(
     consumer: HubConsumer,
-    topics: &str,
     store: Arc<dyn Store>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
-    consumer.subscribe(&[topics])?;
     let mut pending = Vec::new();
     let mut since = Instant::now();
     while !stop.load(Ordering::Acquire) {

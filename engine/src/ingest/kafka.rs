@@ -153,11 +153,10 @@ pub fn record_from<M: Message>(m: &M) -> RecordIn {
     }
 }
 
-/// The poll loop of the ingest consumer. Runs until `stop` is set, then waits up to `drain` for
+/// The poll loop of the ingest consumer (subscribed by the caller). Runs until `stop` is set, then waits up to `drain` for
 /// the shards to finish their queued records and commits what they reported durable.
 pub fn run_ingest_consumer(
     consumer: HubConsumer,
-    topics: &str,
     shards: Vec<async_channel::Sender<RecordIn>>,
     commits: mpsc::Receiver<Commit>,
     stop: Arc<AtomicBool>,
@@ -165,7 +164,6 @@ pub fn run_ingest_consumer(
     health: Arc<crate::readiness::ComponentState>,
     drain: Duration,
 ) -> anyhow::Result<()> {
-    consumer.subscribe(&[topics])?;
     let mut router = Router {
         consumer: &consumer,
         shards,
