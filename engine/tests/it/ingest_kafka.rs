@@ -31,6 +31,23 @@ async fn wait_progress(topic: &str, group: &str, from: i64, limit: Duration) {
 
 const RECORDS: usize = 50_000;
 
+/// An engine that consumes only `source`'s topic.
+fn on_source(
+    dir: &std::path::Path,
+    group: &str,
+    port: u16,
+    backend: Backend,
+    source: &str,
+) -> Engine {
+    Engine::start_with(
+        dir,
+        group,
+        port,
+        backend,
+        &[("STREAMING_HUB_KAFKA_SOURCES", source)],
+    )
+}
+
 /// Checks the store file against what was produced: exactly the unique accepted events, each
 /// once, `seq` gap-free per tenant and in partition order for unsalted tenants; exactly the
 /// malformed records in quarantine with their reasons.
@@ -131,13 +148,7 @@ async fn fifty_thousand_mixed_records(backend: Backend) {
     let produced = produce_workload(&topic, &source, &ns, RECORDS, 7).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let group = format!("{ns}-group");
-    let engine = Engine::start_with(
-        dir.path(),
-        &group,
-        free_port(),
-        backend,
-        &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
-    );
+    let engine = on_source(dir.path(), &group, free_port(), backend, &source);
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
 
@@ -225,13 +236,7 @@ async fn kill_9_three_times(backend: Backend) {
     let port = free_port();
     let mut rng = rand::rngs::StdRng::from_entropy();
     for crash in 0..3 {
-        let engine = Engine::start_with(
-            dir.path(),
-            &group,
-            port,
-            backend,
-            &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
-        );
+        let engine = on_source(dir.path(), &group, port, backend, &source);
         engine.wait_ready().await;
         // Kill at a random moment while it is making progress (it first waits for the previous
         // incarnation's session to expire before it gets partitions): after a random further
@@ -268,13 +273,7 @@ async fn kill_9_three_times(backend: Backend) {
             state.iter().map(|s| s.2).sum::<i64>()
         );
     }
-    let engine = Engine::start_with(
-        dir.path(),
-        &group,
-        port,
-        backend,
-        &[("STREAMING_HUB_KAFKA_SOURCES", &source)],
-    );
+    let engine = on_source(dir.path(), &group, port, backend, &source);
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
     engine.stop();
