@@ -104,6 +104,9 @@ error_codes! {
     RequestTimeout = "request_timeout", 408, DeadlineExceeded;
     /// The request's headers are larger than the API takes.
     HeadersTooLarge = "headers_too_large", 431, ResourceExhausted;
+    /// Ingest holds back because delivery is behind the operator's bound; nothing was stored:
+    /// send again after `Retry-After` seconds.
+    IngestThrottled = "ingest_throttled", 429, ResourceExhausted;
     /// The body's content type is not one the route reads.
     UnsupportedMediaType = "unsupported_media_type", 415, InvalidArgument;
     /// An ingested record broke the event contract; it was quarantined, not accepted (R-IN-3).

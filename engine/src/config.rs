@@ -128,6 +128,19 @@ pub struct HubConfig {
     /// How often each shard's lane looks for jobs coming due (retries). Env
     /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200.
     pub delivery_poll_ms: u64,
+    /// Ingest back-pressure (issue 17): the delivery lag (how late the freshest attempts start,
+    /// worst shard) at which ingest holds back — Kafka partitions paused, HTTP ingest answering
+    /// 429 — until the lag is under half of it. 0 turns this bound off. Env
+    /// `STREAMING_HUB_BACKPRESSURE_LAG_MS`. Default 5000.
+    pub backpressure_lag_ms: i64,
+    /// Jobs pending in the store at which ingest holds back (retries waiting for broken
+    /// destinations count: set it above what they may reach). 0 turns this bound off. Env
+    /// `STREAMING_HUB_BACKPRESSURE_PENDING_JOBS`. Default 0.
+    pub backpressure_pending_jobs: u64,
+    /// Longest ingest holds back at a time; then it goes on for a quarter of this before the
+    /// bounds are looked at again, so one slow destination cannot stop ingest for good. Env
+    /// `STREAMING_HUB_BACKPRESSURE_MAX_PAUSE_MS`. Default 5000.
+    pub backpressure_max_pause_ms: i64,
     /// How long a stop (SIGTERM, SIGINT) waits for in-flight batches and attempts before the
     /// process exits anyway, with status 1: a store that stopped answering must not keep it alive.
     /// What was cut short is replayed on the next start, as after a crash. The Kafka consumer
@@ -193,6 +206,9 @@ impl Default for HubConfig {
             breaker_cool_down_ms: crate::delivery::breaker::BreakerConfig::default().cool_down_ms,
             publish_hub_events: true,
             delivery_poll_ms: 200,
+            backpressure_lag_ms: 5_000,
+            backpressure_pending_jobs: 0,
+            backpressure_max_pause_ms: 5_000,
             stop_grace_ms: 30_000,
             follow_ms: 250,
             control_url: None,
@@ -376,6 +392,15 @@ impl HubConfig {
         if let Some((k, v)) = env("DELIVERY_POLL_MS") {
             self.delivery_poll_ms = parse(&k, v)?;
         }
+        if let Some((k, v)) = env("BACKPRESSURE_LAG_MS") {
+            self.backpressure_lag_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("BACKPRESSURE_PENDING_JOBS") {
+            self.backpressure_pending_jobs = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("BACKPRESSURE_MAX_PAUSE_MS") {
+            self.backpressure_max_pause_ms = parse(&k, v)?;
+        }
         if let Some((k, v)) = env("STOP_GRACE_MS") {
             self.stop_grace_ms = parse(&k, v)?;
         }
@@ -458,6 +483,16 @@ impl HubConfig {
             .collect()
     }
 
+    /// The ingest back-pressure bounds (issue 17).
+    #[must_use]
+    pub fn backpressure(&self) -> crate::delivery::backpressure::Bounds {
+        crate::delivery::backpressure::Bounds {
+            lag_ms: self.backpressure_lag_ms,
+            pending_jobs: self.backpressure_pending_jobs,
+            max_pause_ms: self.backpressure_max_pause_ms,
+        }
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         if self.shard_queue == 0 || self.max_batch == 0 {
             return Err(ConfigError::Invalid(
@@ -478,6 +513,12 @@ impl HubConfig {
         if self.forensics_retention_s == 0 || self.retention_pass_ms == 0 {
             return Err(ConfigError::Invalid(
                 "forensics_retention_s and retention_pass_ms must be above 0 (R-OP-5)".into(),
+            ));
+        }
+        if self.backpressure_lag_ms < 0 || self.backpressure_max_pause_ms <= 0 {
+            return Err(ConfigError::Invalid(
+                "backpressure_lag_ms must be 0 (off) or more, backpressure_max_pause_ms above 0"
+                    .into(),
             ));
         }
         if self.store == StoreKind::Cql && self.cql_node_list().is_empty() {

@@ -13,7 +13,7 @@ use crate::api::{router, ApiState};
 use crate::config::{HubConfig, StoreKind};
 use crate::delivery::start::{Delivery, ShardLane as DeliveryLane};
 use crate::ingest::http::HttpIngest;
-use crate::ingest::kafka::{consumer, run_ingest_consumer, KafkaSettings};
+use crate::ingest::kafka::{consumer, run_ingest_consumer, ConsumerWork, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
 use crate::readiness::{ComponentState, Readiness};
@@ -124,6 +124,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         stop.clone(),
     ));
     let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
+    delivery.watch_backpressure(&store, &tokio);
     let shards_done = Arc::new(AtomicBool::new(false));
     let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let kafka_state = config
@@ -160,6 +161,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         observer: Some(catalog.clone()),
         routing: delivery.routing.clone(),
         producers: config.http_ingest_on().then(|| operators.clone()),
+        backpressure: delivery.backpressure.clone(),
     });
     if let Some(routing) = &delivery.routing {
         let _ = control_service
@@ -241,15 +243,16 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             security: config.kafka_security.clone(),
             sources: config.kafka_sources.clone(),
         };
-        threads.extend(start_kafka(
-            settings,
-            store.clone(),
-            bridge,
-            record_senders,
-            commit_rx,
-            (shards_done, kafka_state.unwrap_or_default()),
-            stop.clone(),
-        )?);
+        let work = ConsumerWork {
+            shards: record_senders,
+            commits: commit_rx,
+            stop: stop.clone(),
+            shards_done,
+            health: kafka_state.unwrap_or_default(),
+            drain: settings.drain,
+            backpressure: delivery.backpressure.clone(),
+        };
+        threads.extend(start_kafka(settings, store.clone(), bridge, work)?);
     } else {
         drop(record_senders);
     }
@@ -387,12 +390,8 @@ fn start_kafka(
     settings: KafkaSettings,
     store: Arc<dyn Store>,
     bridge: TokioBridge,
-    senders: Vec<async_channel::Sender<RecordIn>>,
-    commit_rx: mpsc::Receiver<crate::ingest::kafka::Commit>,
-    (shards_done, kafka_state): (Arc<AtomicBool>, Arc<ComponentState>),
-    stop: Arc<AtomicBool>,
+    work: ConsumerWork,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
-    let drain = settings.drain;
     use rdkafka::consumer::Consumer;
     let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
     ingest_consumer
@@ -402,24 +401,15 @@ fn start_kafka(
     dlq_consumer
         .subscribe(&[&settings.sources.dlq_pattern()])
         .context("subscribing to the sources' .dlq topics")?;
-    let consumer_thread = {
-        let stop = stop.clone();
+    let stop = work.stop.clone();
+    let consumer_thread =
         std::thread::Builder::new()
             .name("hub-kafka".into())
             .spawn(move || {
-                if let Err(e) = run_ingest_consumer(
-                    ingest_consumer,
-                    senders,
-                    commit_rx,
-                    stop,
-                    shards_done,
-                    kafka_state,
-                    drain,
-                ) {
+                if let Err(e) = run_ingest_consumer(ingest_consumer, work) {
                     tracing::error!(error = %e, "kafka ingest consumer failed");
                 }
-            })?
-    };
+            })?;
     let dlq_thread = {
         let handle = bridge.handle().clone();
         std::thread::Builder::new()

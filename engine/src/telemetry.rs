@@ -211,6 +211,19 @@ pub struct Metrics {
     /// `dedup_mark`, `quarantined`, `dlq_observation`, `dead_letter` (on CQL the server's TTLs
     /// remove rows, and these stay 0).
     pub store_expired: Family<KindLabel, Counter>,
+    /// `streaming_hub_ingest_backpressure`: 1 while ingest holds back because delivery is
+    /// behind its bound (Kafka partitions paused, HTTP ingest answering 429), else 0.
+    pub ingest_backpressure: Gauge,
+    /// `streaming_hub_ingest_backpressure_pauses_total`: times ingest started holding back.
+    pub ingest_backpressure_pauses: Counter,
+    /// `streaming_hub_ingest_throttled_total`: HTTP ingest requests answered 429 while held back.
+    pub ingest_throttled: Counter,
+    /// `streaming_hub_delivery_lag_seconds`: how late the worst shard's freshest attempts of
+    /// the last second started (see `delivery::backpressure`).
+    pub delivery_lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// `streaming_hub_ingest_backpressure_bound{kind}`: the operator's bounds —
+    /// `delivery_lag_seconds`, `pending_jobs`, `max_pause_seconds` (0: that bound is off).
+    pub backpressure_bound: Family<KindLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -267,6 +280,36 @@ impl Metrics {
         let breakers_open = Gauge::default();
         let consumer_lag = Family::default();
         let store_expired = Family::default();
+        let ingest_backpressure = Gauge::default();
+        let ingest_backpressure_pauses = Counter::default();
+        let ingest_throttled = Counter::default();
+        let delivery_lag_seconds = Gauge::default();
+        let backpressure_bound = Family::default();
+        registry.register(
+            "ingest_backpressure",
+            "1 while ingest holds back because delivery is behind its bound",
+            ingest_backpressure.clone(),
+        );
+        registry.register(
+            "ingest_backpressure_pauses",
+            "Times ingest started holding back because delivery was behind",
+            ingest_backpressure_pauses.clone(),
+        );
+        registry.register(
+            "ingest_throttled",
+            "HTTP ingest requests answered 429 while ingest held back",
+            ingest_throttled.clone(),
+        );
+        registry.register(
+            "delivery_lag_seconds",
+            "How late the worst shard's freshest attempts of the last second started",
+            delivery_lag_seconds.clone(),
+        );
+        registry.register(
+            "ingest_backpressure_bound",
+            "The bounds past which ingest holds back (0: off)",
+            backpressure_bound.clone(),
+        );
         registry.register(
             "delivery_attempt_seconds",
             "One delivery attempt's duration, per sink kind",
@@ -311,6 +354,24 @@ impl Metrics {
             breakers_open,
             consumer_lag,
             store_expired,
+            ingest_backpressure,
+            ingest_backpressure_pauses,
+            ingest_throttled,
+            delivery_lag_seconds,
+            backpressure_bound,
+        }
+    }
+
+    /// Shows the operator's back-pressure bounds.
+    pub fn backpressure_bounds(&self, bounds: &crate::delivery::backpressure::Bounds) {
+        for (kind, value) in [
+            ("delivery_lag_seconds", bounds.lag_ms as f64 / 1000.0),
+            ("pending_jobs", bounds.pending_jobs as f64),
+            ("max_pause_seconds", bounds.max_pause_ms as f64 / 1000.0),
+        ] {
+            self.backpressure_bound
+                .get_or_create(&KindLabel { kind })
+                .set(value);
         }
     }
 

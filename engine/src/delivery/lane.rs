@@ -104,6 +104,9 @@ pub struct DeliveryLane {
     /// Nudged by ingest after a durable batch created jobs.
     pub wake: async_channel::Receiver<()>,
     pub stop: Arc<AtomicBool>,
+    /// Where this lane reports its delivery lag (ingest back-pressure), as shard `shard`.
+    pub backpressure: Arc<super::backpressure::Backpressure>,
+    pub shard: usize,
 }
 
 /// A job being leased, leased and waiting for a worker, or attempted.
@@ -151,6 +154,7 @@ impl DeliveryLane {
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
             marks: super::marks::Marks::default(),
+            lag: super::backpressure::LagWindow::default(),
         };
         let mut attempts: FuturesUnordered<
             std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
@@ -241,6 +245,7 @@ impl DeliveryLane {
                 self.finished(&mut lane, d);
             }
             self.refill(&mut lane, &mut attempts);
+            self.report_lag(&mut lane, attempts.len());
         }
         // A clean stop leaves no lease behind: let the lanes go, so the next holder need not
         // wait for the hold to lapse.
@@ -267,6 +272,20 @@ impl DeliveryLane {
                 break;
             };
             attempts.push(Box::pin(self.attempt(lane, s)));
+        }
+    }
+
+    /// Once a window, tells the back-pressure gate how late this lane starts its attempts.
+    fn report_lag(&self, lane: &mut LaneState, running: usize) {
+        let all_busy = running >= self.config.workers as usize;
+        let held = &lane.held;
+        let lag = lane.lag.close(crate::clock::now_ms(), || {
+            all_busy
+                .then(|| held.values().map(|j| j.due_at_ms).min())
+                .flatten()
+        });
+        if let Some(lag) = lag {
+            self.backpressure.report_lag(self.shard, lag);
         }
     }
 
@@ -495,7 +514,11 @@ impl DeliveryLane {
         started: Started,
     ) -> impl std::future::Future<Output = AttemptDone> + 'static {
         let id = started.job.id;
+        let now = crate::clock::now_ms();
+        let lag = &mut lane.lag;
         let sub = lane.in_flight.get_mut(&id).map(|f| {
+            // Until now the job is as it was paged: due when it became due, not at its lease.
+            lag.started(now - f.job.due_at_ms);
             f.job = started.job;
             f.sub.clone()
         });
@@ -717,6 +740,8 @@ struct LaneState {
     rng: rand::rngs::StdRng,
     /// What this lane last wrote of delivery timestamps (R-CP-2).
     marks: super::marks::Marks,
+    /// This window's start lags, for ingest back-pressure.
+    lag: super::backpressure::LagWindow,
 }
 
 impl LaneState {

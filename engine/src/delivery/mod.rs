@@ -13,11 +13,13 @@
 //! - `marks`: when an attempt's outcome is written to the subscription's `last_success_at` /
 //!   `last_failure_at` (R-CP-2).
 //! - `autodisable`: the failure streak and its two-gate verdict (R-DI-10).
+//! - `backpressure`: the gate that holds ingest back while delivery is behind its bound.
 //! - `pull`: a pull subscription's page of the tenant log, from `after` or from its shared
 //!   read position (R-CP-14, R-DI-11).
 //! - `signature`: webhook signatures, ours and Standard Webhooks, dual during rotation (R-DI-12).
 
 pub mod autodisable;
+pub mod backpressure;
 pub mod breaker;
 pub mod decide;
 pub mod fairness;

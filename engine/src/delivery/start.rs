@@ -8,6 +8,7 @@ use std::time::Duration;
 use hub_control::service::Control;
 
 use super::autodisable::Policy;
+use super::backpressure::Backpressure;
 use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use crate::config::{HubConfig, StoreKind};
@@ -36,6 +37,8 @@ pub struct Delivery {
     control: Arc<Control>,
     lane: LaneConfig,
     stop: Arc<AtomicBool>,
+    /// The gate lanes report their lag to and ingest reads.
+    pub backpressure: Arc<Backpressure>,
 }
 
 impl Delivery {
@@ -65,6 +68,8 @@ impl Delivery {
             },
             ..LaneConfig::default()
         };
+        let backpressure = Arc::new(Backpressure::new(config.backpressure(), shards));
+        crate::telemetry::METRICS.backpressure_bounds(&backpressure.bounds);
         let subs = Arc::new(Subscriptions::default());
         // The index is loaded before any shard ingests: an event ingested right after a restart
         // must match the subscriptions that existed before it, or its jobs would be lost.
@@ -98,7 +103,19 @@ impl Delivery {
             control: control.clone(),
             lane,
             stop,
+            backpressure,
         })
+    }
+
+    /// Starts the back-pressure watcher when a bound is on.
+    pub fn watch_backpressure(&self, store: &Arc<dyn Store>, tokio: &tokio::runtime::Runtime) {
+        if self.routing.is_some() && self.backpressure.bounds.any() {
+            tokio.spawn(super::backpressure::watch(
+                self.backpressure.clone(),
+                store.clone(),
+                self.stop.clone(),
+            ));
+        }
     }
 
     /// The auto-disable policy lanes apply (health reports it).
@@ -133,6 +150,8 @@ impl Delivery {
                         counters: self.counters.clone(),
                         wake: wake.clone(),
                         stop: self.stop.clone(),
+                        backpressure: self.backpressure.clone(),
+                        shard: i,
                     },
                     routing: routing.clone(),
                 })

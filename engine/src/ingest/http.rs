@@ -1,12 +1,14 @@
 //! HTTP ingest (R-IN-10): `POST /ingest/<source>` in the CloudEvents HTTP binary binding, through
 //! the same verdict, dedup and sequencing as Kafka records. Answers: 202 accepted, 200 duplicate,
-//! 202 dropped, 400 with the quarantine reason.
+//! 202 dropped, 400 with the quarantine reason; 429 `ingest_throttled` with `Retry-After` while
+//! delivery is behind its bound (`delivery::backpressure`), nothing judged or stored.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
@@ -15,6 +17,7 @@ use hub_core::error::{ApiError, ErrorCode};
 
 use super::jobs::JobRouting;
 use super::{distinct_keys, judge_into, Judged, KeyObserver, RecordIn};
+use crate::delivery::backpressure::Backpressure;
 use crate::store::{Fence, IngestBatch, Store, UnitId};
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
@@ -31,6 +34,8 @@ pub struct HttpIngest {
     /// Who may write (R-SEC-4): Access Manager-shaped tokens with the `ingest` permission and a
     /// `sources` claim; `None` when HTTP ingest is off.
     pub producers: Option<Arc<TokenVerifier>>,
+    /// Closed while delivery is behind its bound: producers are told to come back later.
+    pub backpressure: Arc<Backpressure>,
 }
 
 /// The source only the hub writes: its own events (`destination.verified`, …), which tenants
@@ -66,17 +71,47 @@ pub async fn ingest(
     Path(source): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> (StatusCode, Json<serde_json::Value>) {
+) -> Response {
     if let Err(e) = admit_producer(state.producers.as_deref(), &headers, &source) {
-        return e.as_reply();
+        return e.into_response();
     }
     if source.eq_ignore_ascii_case(RESERVED_SOURCE) {
         return ApiError::new(
             ErrorCode::SourceReserved,
             "the source \"hub\" is the hub's own; producers cannot write it",
         )
-        .as_reply();
+        .into_response();
     }
+    if state.backpressure.is_closed() {
+        return throttled(state.backpressure.retry_after_s());
+    }
+    judge_and_store(&state, &source, &headers, body)
+        .await
+        .into_response()
+}
+
+/// 429 while ingest holds back: the producer retries after `retry_after_s` seconds.
+fn throttled(retry_after_s: u64) -> Response {
+    crate::telemetry::METRICS.ingest_throttled.inc();
+    let e = ApiError::new(
+        ErrorCode::IngestThrottled,
+        "delivery is behind; nothing was stored: send the event again after Retry-After seconds",
+    );
+    let mut response = e.into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(retry_after_s),
+    );
+    response
+}
+
+/// The verdict, the store write and the answer of an admitted request.
+async fn judge_and_store(
+    state: &HttpIngest,
+    source: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Json<serde_json::Value>) {
     let record = RecordIn {
         topic: format!("http:{source}"),
         partition: 0,
@@ -94,7 +129,7 @@ pub async fn ingest(
     let judged = judge_into(
         &mut batch,
         &record,
-        &source,
+        source,
         &state.limits,
         &state.counters,
         crate::clock::now_ms(),

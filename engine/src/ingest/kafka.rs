@@ -5,7 +5,8 @@
 //! The poll thread routes each record to the shard that owns its partition over a bounded
 //! channel. When a shard's channel is full, the partition is paused (librdkafka stops fetching it
 //! and resumes from the last record handed over), so memory stays bounded: back-pressure pauses
-//! fetching instead of growing queues. Shards send offsets back once their batch is durable; only
+//! fetching instead of growing queues. While delivery is behind its bound (`delivery::backpressure`)
+//! every assigned partition is paused. Shards send offsets back once their batch is durable; only
 //! then are they committed (R-IN-7).
 
 use std::collections::{HashMap, VecDeque};
@@ -20,6 +21,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::router::shard_for;
 use super::RecordIn;
+use crate::delivery::backpressure::Backpressure;
 
 /// Kafka connection settings shared by the ingest and DLQ consumers.
 #[derive(Debug, Clone)]
@@ -153,31 +155,47 @@ pub fn record_from<M: Message>(m: &M) -> RecordIn {
     }
 }
 
-/// The poll loop of the ingest consumer (subscribed by the caller). Runs until `stop` is set, then waits up to `drain` for
-/// the shards to finish their queued records and commits what they reported durable.
-pub fn run_ingest_consumer(
-    consumer: HubConsumer,
-    shards: Vec<async_channel::Sender<RecordIn>>,
-    commits: mpsc::Receiver<Commit>,
-    stop: Arc<AtomicBool>,
-    shards_done: Arc<AtomicBool>,
-    health: Arc<crate::readiness::ComponentState>,
-    drain: Duration,
-) -> anyhow::Result<()> {
+/// What the ingest consumer thread works with.
+#[derive(Debug)]
+pub struct ConsumerWork {
+    /// One bounded queue per shard.
+    pub shards: Vec<async_channel::Sender<RecordIn>>,
+    /// Positions the shards report durable.
+    pub commits: mpsc::Receiver<Commit>,
+    pub stop: Arc<AtomicBool>,
+    /// Set once every shard has finished its queued records after a stop.
+    pub shards_done: Arc<AtomicBool>,
+    /// The brokers' part of readiness (R-OP-4).
+    pub health: Arc<crate::readiness::ComponentState>,
+    /// How long a stop waits for the shards before the last commit.
+    pub drain: Duration,
+    /// Closed while delivery is behind its bound: every assigned partition is paused.
+    pub backpressure: Arc<Backpressure>,
+}
+
+/// The poll loop of the ingest consumer (subscribed by the caller). Runs until `stop` is set,
+/// then waits up to `drain` for the shards to finish their queued records and commits what they
+/// reported durable.
+pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow::Result<()> {
     let mut router = Router {
         consumer: &consumer,
-        shards,
+        shards: work.shards,
         waiting: HashMap::new(),
+        held_back: false,
     };
-    let mut committer = Committer::new(&consumer, commits);
+    let mut committer = Committer::new(&consumer, work.commits);
     let mut last_sweep = Instant::now();
     let mut last_check: Option<Instant> = None;
-    while !stop.load(Ordering::Acquire) {
+    while !work.stop.load(Ordering::Acquire) {
         if last_check.is_none_or(|t| t.elapsed() >= BROKER_CHECK_EVERY) {
-            check_broker(&consumer, &health);
+            check_broker(&consumer, &work.health);
             last_check = Some(Instant::now());
         }
         committer.commit(CommitMode::Async);
+        let hold = work.backpressure.is_closed();
+        if hold != router.held_back {
+            router.hold_back(hold);
+        }
         router.retry_waiting();
         let timeout = if router.waiting.is_empty() { 100 } else { 5 };
         match consumer.poll(Duration::from_millis(timeout)) {
@@ -188,14 +206,18 @@ pub fn run_ingest_consumer(
         }
         if last_sweep.elapsed() > Duration::from_secs(1) {
             router.forget_unassigned();
+            if router.held_back {
+                // Partitions assigned while held back start paused too.
+                router.hold_back(true);
+            }
             last_sweep = Instant::now();
         }
     }
     // Graceful stop: closing the shard channels lets each shard finish its queued records; their
     // positions are committed as they become durable, the last ones synchronously.
     drop(router);
-    let deadline = Instant::now() + drain;
-    while !shards_done.load(Ordering::Acquire) && Instant::now() < deadline {
+    let deadline = Instant::now() + work.drain;
+    while !work.shards_done.load(Ordering::Acquire) && Instant::now() < deadline {
         committer.commit(CommitMode::Async);
         std::thread::park_timeout(Duration::from_millis(50));
     }
@@ -281,6 +303,8 @@ struct Router<'c> {
     shards: Vec<async_channel::Sender<RecordIn>>,
     /// Records of partitions whose shard is full, in offset order, waiting for room.
     waiting: HashMap<(String, i32), Waiting>,
+    /// Every assigned partition is paused: delivery is behind (back-pressure).
+    held_back: bool,
 }
 
 /// Records held back for a full shard. The partition is paused only once `PAUSE_AFTER` records
@@ -337,7 +361,8 @@ impl Router<'_> {
         }
         for (key, paused) in drained {
             self.waiting.remove(&key);
-            if paused {
+            // Held back, the partition stays paused until the gate opens.
+            if paused && !self.held_back {
                 self.pause(&key, false);
             }
         }
@@ -358,6 +383,32 @@ impl Router<'_> {
             .map(|e| (e.topic().to_owned(), e.partition()))
             .collect();
         self.waiting.retain(|key, _| owned.contains(key));
+    }
+
+    /// Pauses every assigned partition, or resumes those not paused for a full shard.
+    fn hold_back(&mut self, hold: bool) {
+        self.held_back = hold;
+        let Ok(assigned) = self.consumer.assignment() else {
+            return;
+        };
+        let mut tpl = TopicPartitionList::new();
+        for e in assigned.elements() {
+            let key = (e.topic().to_owned(), e.partition());
+            if hold || !self.waiting.get(&key).is_some_and(|w| w.paused) {
+                tpl.add_partition(e.topic(), e.partition());
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        let result = if hold {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, hold, "pausing for back-pressure failed");
+        }
     }
 
     fn pause(&self, key: &(String, i32), pause: bool) {

@@ -2,6 +2,7 @@
 //! `scripts/services up`), checked through its store file and Kafka's committed offsets.
 
 mod aws;
+mod backpressure;
 mod catalog;
 mod delivery;
 mod delivery_load;
