@@ -176,12 +176,13 @@ fn fingerprint(m: &Mutation<'_>) -> [u8; 32] {
     out
 }
 
-fn valid_key(key: &str) -> bool {
+/// Whether an `X-Idempotency` key is usable (R-CP-13): 1 to 255 visible ASCII characters.
+pub fn valid_key(key: &str) -> bool {
     (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// Parses `If-Match`: `*`, or one or more quoted (optionally weak) entity tags.
-fn if_match_tags(value: &str) -> Result<Vec<String>, ApiError> {
+pub fn if_match_tags(value: &str) -> Result<Vec<String>, ApiError> {
     let bad = || ApiError::bad_request("malformed If-Match header");
     if value.trim() == "*" {
         return Ok(vec!["*".into()]);

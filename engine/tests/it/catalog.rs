@@ -25,11 +25,14 @@ fn valid_event(id: &str) -> Vec<(&'static str, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_15_accepted_event_keys_join_the_catalog() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = Engine::start(
+    // Events come over HTTP only: on Kafka the engine follows a source nobody writes, so other
+    // tests' events on the shared topics never reach this catalog.
+    let engine = Engine::start_with(
         dir.path(),
         &format!("cat-{}", uuid::Uuid::now_v7().simple()),
         free_port(),
         Backend::Embedded,
+        &[("STREAMING_HUB_KAFKA_SOURCES", "catalog")],
     );
     engine.wait_ready().await;
     let token = token(
