@@ -74,6 +74,11 @@ pub fn producer_token(data_dir: &std::path::Path) -> anyhow::Result<String> {
     )
 }
 
+/// An operator's token (`admin`): the `/admin` reads of every tenant's records.
+pub fn operator_token(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    mint(data_dir, ("loadtest-operator", "platform"), &["admin"], &[])
+}
+
 fn token(data_dir: &std::path::Path, tenant: &str) -> anyhow::Result<String> {
     let permissions = ["subscriptions:get", "subscriptions:post"];
     mint(data_dir, ("loadtest", tenant), &permissions, &[])

@@ -116,6 +116,13 @@ impl Hub {
             .collect())
     }
 
+    /// SIGKILL and wait: a crash, nothing drained.
+    pub fn kill_9(mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// SIGTERM and wait (the hub drains and commits on the way out).
     pub fn stop(mut self) -> anyhow::Result<()> {
         Command::new("kill")

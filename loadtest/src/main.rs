@@ -5,6 +5,7 @@
 //!
 
 mod deliver;
+mod faults;
 mod http_target;
 mod hub;
 mod kafka;
@@ -77,6 +78,11 @@ struct Cli {
     /// client against the same service.
     #[arg(long, value_enum, default_value = "webhook")]
     sink: sinks::SinkChoice,
+    /// A fault run instead of a load run (issue 19): kill the engine with SIGKILL this many
+    /// times during the scenario (a delivery backlog to webhooks), restarting it each time, and
+    /// check that nothing is lost. Report: `loadtest/reports/faults/kill-9-<scenario>-<store>/`.
+    #[arg(long = "kill-9")]
+    kill_9: Option<u32>,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -124,8 +130,7 @@ async fn main() -> anyhow::Result<()> {
         PathBuf::from(format!("loadtest/reports/{}{sink}-{store}", scenario.name))
     });
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    // Boxed: the whole run is one large future (every sink's client state).
-    let report = Box::pin(run::run(run::RunArgs {
+    let args = run::RunArgs {
         scenario,
         store: cli.store,
         kafka: cli.kafka,
@@ -147,8 +152,12 @@ async fn main() -> anyhow::Result<()> {
             .collect(),
         sink: cli.sink,
         command,
-    }))
-    .await?;
+    };
+    if let Some(kills) = cli.kill_9 {
+        return kill_nine(args, kills, cli.out).await;
+    }
+    // Boxed: the whole run is one large future (every sink's client state).
+    let report = Box::pin(run::run(args)).await?;
     report.write(&out)?;
     #[allow(clippy::print_stdout)] // the tool's one-line result is its output
     {
@@ -175,6 +184,39 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(
         report.passed(),
         "the hub's counters do not match what was produced"
+    );
+    Ok(())
+}
+
+/// `--kill-9 N`: the fault run and its report.
+async fn kill_nine(args: run::RunArgs, kills: u32, out: Option<PathBuf>) -> anyhow::Result<()> {
+    let store = format!("{:?}", args.store).to_lowercase();
+    let out = out.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "loadtest/reports/faults/kill-9-{}-{store}",
+            args.scenario.name
+        ))
+    });
+    let report = Box::pin(faults::kill_nine(args, kills)).await?;
+    report.write(&out)?;
+    #[allow(clippy::print_stdout)] // the tool's one-line result is its output
+    {
+        println!(
+            "{} during {}: {} of {} delivered, lost {}, duplicates {} (bound {} per kill); {}. Report: {}",
+            report.fault,
+            report.scenario,
+            report.unique_delivered,
+            report.expected_deliveries,
+            report.lost,
+            report.duplicates,
+            report.duplicate_bound_per_kill,
+            if report.passed { "passed" } else { "FAILED" },
+            out.join("report.md").display()
+        );
+    }
+    anyhow::ensure!(
+        report.passed,
+        "the fault run lost or repeated more than it may"
     );
     Ok(())
 }
