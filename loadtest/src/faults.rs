@@ -7,9 +7,11 @@
 //!
 //! Checked exactly: every (event, subscription) delivered (lost = 0), every record's offset
 //! committed, the store's quarantine holding exactly the malformed records produced (a replay
-//! must not quarantine twice), and per kill the duplicates it caused within the bound: the jobs a
-//! lane may hold leased at once (shards × workers × rounds leased ahead) — attempts in flight,
-//! finished but not yet recorded, or leased and waiting for a worker.
+//! must not quarantine twice), and per kill the duplicates it caused within the bound: a kill
+//! repeats the attempts made and not yet recorded — running, finished and waiting for the next
+//! store step, or finished and inside the step being written. A lane leases at most
+//! `workers × rounds` jobs at once and leases no more while a step is written, so at most that
+//! many are in flight plus as many inside the step: `2 × shards × workers × rounds`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,7 +60,7 @@ pub struct FaultReport {
     pub unique_delivered: u64,
     pub lost: u64,
     pub duplicates: u64,
-    /// Most duplicates one kill may cause (jobs leased at once over all lanes).
+    /// Most duplicates one kill may cause (attempts made and not yet recorded, all lanes).
     pub duplicate_bound_per_kill: u64,
     pub committed: u64,
     pub quarantined: u64,
@@ -68,8 +70,10 @@ pub struct FaultReport {
     pub passed: bool,
 }
 
-/// What the running engine's settings allow to be leased at once (see `LaneConfig`).
-fn leased_at_once(store: StoreChoice, env: &[(String, String)]) -> u64 {
+/// Most attempts made and not yet recorded at once under the engine's settings (`LaneConfig`):
+/// a lane's leased jobs (`workers × rounds`) plus the finished ones inside the step being
+/// written (as many again).
+fn unrecorded_at_once(store: StoreChoice, env: &[(String, String)]) -> u64 {
     let setting = |k: &str, default: u64| {
         env.iter()
             .find(|(key, _)| key == k)
@@ -82,7 +86,7 @@ fn leased_at_once(store: StoreChoice, env: &[(String, String)]) -> u64 {
         StoreChoice::Embedded => 8,
         StoreChoice::Cql => 32,
     };
-    shards * workers * rounds
+    2 * shards * workers * rounds
 }
 
 /// `(requests − unique)` at the checked destinations: deliveries seen more than once.
@@ -262,7 +266,7 @@ pub async fn kill_nine(args: RunArgs, kills: u32) -> anyhow::Result<FaultReport>
         produced.total,
     );
 
-    let bound = leased_at_once(args.store, &args.hub_env);
+    let bound = unrecorded_at_once(args.store, &args.hub_env);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let t0 = Instant::now();
     let mut hub = Hub::start(&spec)?;
@@ -426,9 +430,12 @@ impl FaultReport {
         }
         let _ = writeln!(
             md,
-            "\nThe duplicate bound: a kill repeats only what the killed engine held leased — \
-             attempts in flight, finished but not yet recorded, or leased ahead and waiting for a \
-             worker: shards × workers × rounds leased ahead = {} here.\n",
+            "\nThe duplicate bound: a kill repeats only attempts made and not yet recorded — \
+             running, finished and waiting for the next store step, or inside the step being \
+             written. A lane leases at most workers × rounds-ahead jobs and no more while a step \
+             is written, so at most that many are in flight plus as many inside the step: \
+             2 × shards × workers × rounds = {} here (leased jobs never attempted are recoveries, \
+             not duplicates).\n",
             self.duplicate_bound_per_kill
         );
         let _ = writeln!(
