@@ -51,7 +51,7 @@ impl Subscribed {
         tally
             .seen(|s| {
                 s.unique_events
-                    .iter()
+                    .keys()
                     .filter(|(path, _)| {
                         names.iter().any(|n| {
                             path.strip_prefix(n.as_str())

@@ -1,13 +1,19 @@
-//! Fault runs (issue 19): a delivery backlog during which the engine is killed with SIGKILL
-//! `kills` times and restarted on the same data directory. Kills are timed on progress, never on
-//! the clock: kill *i* waits until the destinations hold *i*/(kills+1) of the expected deliveries
-//! **and** the running process has delivered something itself (a kill while a restarted engine
-//! still waits for its partitions would test nothing), then a random 0–300 ms more, so kills land
-//! inside store writes and delivery steps alike.
+//! Fault runs (issue 19): a delivery backlog to webhooks during which a fault is injected:
+//!
+//! - `kill-9:N`: the engine is killed with SIGKILL N times and restarted on the same data
+//!   directory. Kills are timed on progress, never on the clock: kill *i* waits until the
+//!   destinations hold *i*/(N+1) of the expected deliveries **and** the running process has
+//!   delivered something itself (a kill while a restarted engine still waits for its partitions
+//!   would test nothing), then a random 0–300 ms more, so kills land inside store writes and
+//!   delivery steps alike.
+//! - `kafka-outage:S`, `cassandra-outage:S`: a third of the way in, the service is stopped for S
+//!   seconds (`scripts/services down`) and started again; the engine is left alone and must
+//!   resume by itself.
 //!
 //! Checked exactly: every (event, subscription) delivered (lost = 0), every record's offset
 //! committed, the store's quarantine holding exactly the malformed records produced (a replay
-//! must not quarantine twice), and per kill the duplicates it caused within the bound: a kill
+//! must not quarantine twice), and per injection the duplicates it caused: none for an outage
+//! (the engine forgets nothing it attempted), and for a kill within the bound: a kill
 //! repeats the attempts made and not yet recorded — running, finished and waiting for the next
 //! store step, or finished and inside the step being written. A lane leases at most
 //! `workers × rounds` jobs at once and leases no more while a step is written, so at most that
@@ -32,17 +38,70 @@ use crate::workload::Generator;
 /// The longest a run waits for any progress before it fails.
 const STALL_LIMIT: Duration = Duration::from_secs(180);
 
-/// One kill and what followed it.
+/// A fault to inject during a delivery backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL the engine this many times, restarting it each time.
+    Kill9(u32),
+    /// Stop a service of `scripts/services` (`kafka`, `cassandra`) for this many seconds, once.
+    Outage(&'static str, u64),
+}
+
+impl std::str::FromStr for Fault {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (kind, n) = s.split_once(':').ok_or_else(|| {
+            format!("{s:?}: expected kill-9:<times> or <service>-outage:<seconds>")
+        })?;
+        let n: u64 = n
+            .parse()
+            .map_err(|_| format!("{s:?}: {n:?} is not a number"))?;
+        match kind {
+            "kill-9" => Ok(Fault::Kill9(u32::try_from(n).map_err(|e| e.to_string())?)),
+            "kafka-outage" => Ok(Fault::Outage("kafka", n)),
+            "cassandra-outage" => Ok(Fault::Outage("cassandra", n)),
+            other => Err(format!(
+                "unknown fault {other:?} (kill-9, kafka-outage, cassandra-outage)"
+            )),
+        }
+    }
+}
+
+impl Fault {
+    /// For report names: `kill-9`, `kafka-outage`, `cassandra-outage`.
+    #[must_use]
+    pub fn slug(self) -> String {
+        match self {
+            Fault::Kill9(_) => "kill-9".into(),
+            Fault::Outage(service, _) => format!("{service}-outage"),
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Fault::Kill9(n) => format!("kill -9 × {n}"),
+            Fault::Outage(service, s) => format!("{service} stopped for {s} s"),
+        }
+    }
+}
+
+/// One injection and what followed it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Kill {
+pub struct Injection {
     pub n: u32,
     /// Seconds since the hub first started.
     pub at_s: f64,
-    pub delivered_at_kill: u64,
-    /// From the kill to the first new delivery of the restarted engine.
+    pub delivered_at: u64,
+    /// Until the system moves again: after a kill, the restarted engine's first new delivery;
+    /// after an outage, from the service's return to new deliveries and new commits.
     pub recovered_after_s: f64,
-    /// Deliveries repeated because of this kill (seen before the next one).
+    /// Deliveries repeated because of this injection (seen before the next one).
     pub duplicates: u64,
+    /// What else was seen (e.g. deliveries during an outage).
+    pub note: String,
+    /// When a kill happened (repeats are attributed to kills by time).
+    #[serde(skip)]
+    pub killed_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -62,11 +121,13 @@ pub struct FaultReport {
     pub duplicates: u64,
     /// Most duplicates one kill may cause (attempts made and not yet recorded, all lanes).
     pub duplicate_bound_per_kill: u64,
+    /// Repeats with no kill between their two arrivals (must be 0).
+    pub unexplained_duplicates: u64,
     pub committed: u64,
     pub quarantined: u64,
     pub max_lag_records: u64,
     pub seconds: f64,
-    pub kills: Vec<Kill>,
+    pub injections: Vec<Injection>,
     pub passed: bool,
 }
 
@@ -89,11 +150,31 @@ fn unrecorded_at_once(store: StoreChoice, env: &[(String, String)]) -> u64 {
     2 * shards * workers * rounds
 }
 
-/// `(requests − unique)` at the checked destinations: deliveries seen more than once.
+/// `(requests − unique)` at the destinations: deliveries seen more than once.
 fn repeated(tally: &Tally) -> u64 {
     tally
         .seen(|s| s.deliveries.saturating_sub(s.unique_events.len() as u64))
         .unwrap_or(0)
+}
+
+/// A request the receiver finished reading just after the kill was still sent before it.
+const KILL_SLACK: Duration = Duration::from_millis(100);
+
+/// Gives each kill the repeats it caused: a repeated delivery whose first arrival came before a
+/// kill (and after the one before it) and which arrived again after that kill was attempted and
+/// not recorded when that kill came. Returns the repeats no kill explains (must be 0): a repeat
+/// without a crash between its two arrivals is a double delivery.
+fn attribute(tally: &Tally, injections: &mut [Injection]) -> u64 {
+    let kills: Vec<Instant> = injections.iter().filter_map(|i| i.killed_at).collect();
+    let repeats = tally.seen(|s| s.repeats.clone()).unwrap_or_default();
+    let mut unexplained = 0;
+    for (first, again) in repeats {
+        match kills.iter().position(|k| first <= *k + KILL_SLACK) {
+            Some(k) if again > kills[k] => injections[k].duplicates += 1,
+            _ => unexplained += 1,
+        }
+    }
+    unexplained
 }
 
 /// Waits until `done` holds, failing when `progress` stands still for `STALL_LIMIT`.
@@ -193,12 +274,139 @@ impl Follower {
     }
 }
 
-/// Runs `args.scenario` (a delivery backlog to webhooks) with `kills` SIGKILLs of the engine.
-pub async fn kill_nine(args: RunArgs, kills: u32) -> anyhow::Result<FaultReport> {
+/// What an injection works with.
+struct Ctx<'a> {
+    spec: &'a HubSpec<'a>,
+    tally: &'a Tally,
+    subscribed: &'a Subscribed,
+    follower: &'a Follower,
+    expected: u64,
+    produced: u64,
+    t0: Instant,
+}
+
+impl Ctx<'_> {
+    fn delivered(&self) -> u64 {
+        self.subscribed.checked_deliveries(self.tally)
+    }
+
+    /// Waits until `share` of the deliveries are in and the running engine delivered some itself.
+    async fn wait_for_share(&self, share: (u64, u64), what: &str) -> anyhow::Result<()> {
+        let threshold = self.expected * share.0 / share.1;
+        let at_start = self.delivered();
+        wait_until(
+            || {
+                let now = self.delivered();
+                now >= threshold && now > at_start
+            },
+            || self.delivered(),
+            &format!("{what} ({threshold} deliveries)"),
+        )
+        .await
+    }
+}
+
+/// `kills` SIGKILLs, at even shares of the deliveries plus 0–300 ms; each restart waited for.
+async fn kill_nine(
+    ctx: &Ctx<'_>,
+    mut hub: Hub,
+    kills: u32,
+    seed: u64,
+) -> anyhow::Result<(Hub, Vec<Injection>)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut done: Vec<Injection> = Vec::new();
+    for n in 1..=kills {
+        ctx.wait_for_share(
+            (u64::from(n), u64::from(kills + 1)),
+            &format!("kill {n}'s moment"),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
+        let delivered_at = ctx.delivered();
+        let at_s = ctx.t0.elapsed().as_secs_f64();
+        hub.kill_9()?;
+        let killed = Instant::now();
+        eprintln!(
+            "[faults] kill {n} at {at_s:.1} s, {delivered_at} of {} delivered",
+            ctx.expected
+        );
+        hub = Hub::start(ctx.spec)?;
+        let before = ctx.delivered();
+        wait_until(
+            || ctx.delivered() > before || ctx.delivered() >= ctx.expected,
+            || ctx.delivered(),
+            "the restarted engine's first delivery",
+        )
+        .await?;
+        done.push(Injection {
+            n,
+            at_s,
+            delivered_at,
+            recovered_after_s: killed.elapsed().as_secs_f64(),
+            duplicates: 0,
+            note: String::new(),
+            killed_at: Some(killed),
+        });
+    }
+    Ok((hub, done))
+}
+
+/// `scripts/services <verb> <service>`.
+fn services(verb: &str, service: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("scripts/services")
+        .args([verb, service])
+        .status()?;
+    anyhow::ensure!(status.success(), "scripts/services {verb} {service} failed");
+    Ok(())
+}
+
+/// One outage of `service` for `seconds`, a third of the way into the deliveries; the engine is
+/// left alone and must resume by itself.
+async fn outage(ctx: &Ctx<'_>, service: &str, seconds: u64) -> anyhow::Result<Vec<Injection>> {
+    ctx.wait_for_share((1, 3), "the outage's moment").await?;
+    let (delivered_at, committed_at) = (ctx.delivered(), ctx.follower.committed());
+    let at_s = ctx.t0.elapsed().as_secs_f64();
+    eprintln!("[faults] stopping {service} at {at_s:.1} s for {seconds} s");
+    services("down", service)?;
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let during = ctx.delivered() - delivered_at;
+    services("up", service)?;
+    let up = Instant::now();
+    let (delivered_up, committed_up) = (ctx.delivered(), ctx.follower.committed());
+    let moved = || {
+        (ctx.delivered() > delivered_up || ctx.delivered() >= ctx.expected)
+            && (ctx.follower.committed() > committed_up.max(committed_at)
+                || ctx.follower.committed() >= ctx.produced)
+    };
+    wait_until(
+        moved,
+        || ctx.delivered() + ctx.follower.committed(),
+        "recovery",
+    )
+    .await?;
+    Ok(vec![Injection {
+        n: 1,
+        at_s,
+        delivered_at,
+        recovered_after_s: up.elapsed().as_secs_f64(),
+        duplicates: 0,
+        note: format!("{during} delivered while {service} was down"),
+        killed_at: None,
+    }])
+}
+
+/// Runs `args.scenario` (a delivery backlog to webhooks) with `fault` injected.
+pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     let scenario = &args.scenario;
     let (Some(delivery), SinkChoice::Webhook) = (&scenario.delivery, args.sink) else {
-        anyhow::bail!("a kill -9 run needs a delivery scenario to webhooks (e.g. deliver-backlog)");
+        anyhow::bail!("a fault run needs a delivery scenario to webhooks (e.g. deliver-backlog)");
     };
+    if let Fault::Outage("cassandra", _) = fault {
+        anyhow::ensure!(
+            args.store == StoreChoice::Cql,
+            "a cassandra outage needs --store cql"
+        );
+    }
     let run_id = format!("lt{}", &uuid::Uuid::now_v7().simple().to_string()[..16]);
     let topic = format!("lerian.streaming.{run_id}");
     let others = kafka::other_ingest_topics(&args.kafka, &topic)?;
@@ -258,79 +466,57 @@ pub async fn kill_nine(args: RunArgs, kills: u32) -> anyhow::Result<FaultReport>
         |_| {},
     )
     .await?;
-    let expected = produced.valid * subscribed.checked.len() as u64;
-    let delivered = || subscribed.checked_deliveries(&tally);
 
     let follower = Follower::start(
         CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?,
         produced.total,
     );
-
-    let bound = unrecorded_at_once(args.store, &args.hub_env);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let t0 = Instant::now();
-    let mut hub = Hub::start(&spec)?;
-    let mut done: Vec<Kill> = Vec::new();
-    let mut repeated_at_kill = 0;
-    for n in 1..=kills {
-        let threshold = expected * u64::from(n) / u64::from(kills + 1);
-        let at_start = delivered();
-        wait_until(
-            || {
-                let now = delivered();
-                now >= threshold && now > at_start
-            },
-            &delivered,
-            &format!("kill {n}'s moment ({threshold} deliveries)"),
-        )
-        .await?;
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
-        let delivered_at_kill = delivered();
-        let at_s = t0.elapsed().as_secs_f64();
-        hub.kill_9()?;
-        let killed = Instant::now();
-        if let Some(previous) = done.last_mut() {
-            previous.duplicates = repeated(&tally) - repeated_at_kill;
-        }
-        repeated_at_kill = repeated(&tally);
-        eprintln!("[faults] kill {n} at {at_s:.1} s, {delivered_at_kill} of {expected} delivered");
-        hub = Hub::start(&spec)?;
-        let before = delivered();
-        wait_until(
-            || delivered() > before || delivered() >= expected,
-            &delivered,
-            "the restarted engine's first delivery",
-        )
-        .await?;
-        done.push(Kill {
-            n,
-            at_s,
-            delivered_at_kill,
-            recovered_after_s: killed.elapsed().as_secs_f64(),
-            duplicates: 0,
-        });
-    }
-    wait_until(|| delivered() >= expected, &delivered, "every delivery").await?;
+    let ctx = Ctx {
+        spec: &spec,
+        tally: &tally,
+        subscribed: &subscribed,
+        follower: &follower,
+        expected: produced.valid * subscribed.checked.len() as u64,
+        produced: produced.total,
+        t0: Instant::now(),
+    };
+    let hub = Hub::start(&spec)?;
+    let (hub, mut injections) = match fault {
+        Fault::Kill9(kills) => kill_nine(&ctx, hub, kills, args.seed).await?,
+        Fault::Outage(service, seconds) => (hub, outage(&ctx, service, seconds).await?),
+    };
+    wait_until(
+        || ctx.delivered() >= ctx.expected,
+        || ctx.delivered(),
+        "every delivery",
+    )
+    .await?;
     let committed = || follower.committed();
-    wait_until(|| committed() >= produced.total, &committed, "every offset").await?;
-    // Late duplicates of the last kill arrive with the last deliveries; give stragglers a moment.
+    wait_until(|| committed() >= produced.total, committed, "every offset").await?;
+    // Late duplicates of the last injection arrive with the last deliveries: a moment more.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    if let Some(last) = done.last_mut() {
-        last.duplicates = repeated(&tally) - repeated_at_kill;
-    }
-    let seconds = t0.elapsed().as_secs_f64();
+    let unexplained = attribute(&tally, &mut injections);
+    let seconds = ctx.t0.elapsed().as_secs_f64();
     let quarantined = quarantined(&hub, data_dir.path()).await?;
     hub.stop()?;
+    let unique_delivered = ctx.delivered();
+    let expected = ctx.expected;
     let (committed, max_lag) = follower.finish();
     kafka::delete_topics(&args.kafka, &[topic]).await?;
 
-    let unique_delivered = delivered();
     let duplicates = repeated(&tally);
+    let bound = match fault {
+        Fault::Kill9(_) => unrecorded_at_once(args.store, &args.hub_env),
+        // The engine keeps running: nothing it attempted is forgotten.
+        Fault::Outage(..) => 0,
+    };
     let passed = unique_delivered == expected
+        && committed >= produced.total
         && quarantined == produced.malformed
-        && done.iter().all(|k| k.duplicates <= bound);
+        && unexplained == 0
+        && injections.iter().all(|k| k.duplicates <= bound);
     Ok(FaultReport {
-        fault: format!("kill -9 × {kills}"),
+        fault: fault.label(),
         scenario: scenario.name.clone(),
         store: args.store,
         command: args.command,
@@ -344,11 +530,12 @@ pub async fn kill_nine(args: RunArgs, kills: u32) -> anyhow::Result<FaultReport>
         lost: expected.saturating_sub(unique_delivered),
         duplicates,
         duplicate_bound_per_kill: bound,
+        unexplained_duplicates: unexplained,
         committed,
         quarantined,
         max_lag_records: max_lag,
         seconds,
-        kills: done,
+        injections,
         passed,
     })
 }
@@ -385,9 +572,9 @@ impl FaultReport {
         let p = &self.produced;
         let _ = writeln!(
             md,
-            "{} records produced ({} valid, {} duplicates, {} malformed, {} system events), \
-             {} subscriptions; the engine was killed with SIGKILL at moments chosen on delivery \
-             progress and restarted on the same data directory each time.\n",
+            "{} records produced ({} valid, {} duplicates, {} malformed, {} system events) as a \
+             backlog, {} subscriptions; the fault was injected at moments chosen on delivery \
+             progress (see `loadtest/src/faults.rs`).\n",
             p.total, p.valid, p.duplicates, p.malformed, p.system, self.subscriptions
         );
         let _ = writeln!(md, "| figure | value | must be |\n|---|---|---|");
@@ -404,9 +591,14 @@ impl FaultReport {
             ),
             ("lost", self.lost.to_string(), "0".into()),
             (
-                "duplicates (all kills)",
+                "duplicates (all injections)",
                 self.duplicates.to_string(),
-                format!("≤ {} per kill", self.duplicate_bound_per_kill),
+                format!("≤ {} per injection", self.duplicate_bound_per_kill),
+            ),
+            (
+                "duplicates no kill explains",
+                self.unexplained_duplicates.to_string(),
+                "0".into(),
             ),
             (
                 "offsets committed",
@@ -440,13 +632,13 @@ impl FaultReport {
         );
         let _ = writeln!(
             md,
-            "| kill | at (s) | delivered at the kill | recovered after (s) | duplicates |\n|---|---|---|---|---|"
+            "| # | at (s) | delivered then | recovered after (s) | duplicates | note |\n|---|---|---|---|---|---|"
         );
-        for k in &self.kills {
+        for i in &self.injections {
             let _ = writeln!(
                 md,
-                "| {} | {:.1} | {} | {:.2} | {} |",
-                k.n, k.at_s, k.delivered_at_kill, k.recovered_after_s, k.duplicates
+                "| {} | {:.1} | {} | {:.2} | {} | {} |",
+                i.n, i.at_s, i.delivered_at, i.recovered_after_s, i.duplicates, i.note
             );
         }
         md

@@ -78,11 +78,12 @@ struct Cli {
     /// client against the same service.
     #[arg(long, value_enum, default_value = "webhook")]
     sink: sinks::SinkChoice,
-    /// A fault run instead of a load run (issue 19): kill the engine with SIGKILL this many
-    /// times during the scenario (a delivery backlog to webhooks), restarting it each time, and
-    /// check that nothing is lost. Report: `loadtest/reports/faults/kill-9-<scenario>-<store>/`.
-    #[arg(long = "kill-9")]
-    kill_9: Option<u32>,
+    /// A fault run instead of a load run (issue 19), during the scenario (a delivery backlog to
+    /// webhooks): `kill-9:<times>` (SIGKILL the engine, restart it), `kafka-outage:<seconds>` or
+    /// `cassandra-outage:<seconds>` (stop the service, start it again); checks that nothing is
+    /// lost. Report: `loadtest/reports/faults/<fault>-<scenario>-<store>/`.
+    #[arg(long)]
+    fault: Option<faults::Fault>,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -153,8 +154,8 @@ async fn main() -> anyhow::Result<()> {
         sink: cli.sink,
         command,
     };
-    if let Some(kills) = cli.kill_9 {
-        return kill_nine(args, kills, cli.out).await;
+    if let Some(fault) = cli.fault {
+        return fault_run(args, fault, cli.out).await;
     }
     // Boxed: the whole run is one large future (every sink's client state).
     let report = Box::pin(run::run(args)).await?;
@@ -188,21 +189,26 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--kill-9 N`: the fault run and its report.
-async fn kill_nine(args: run::RunArgs, kills: u32, out: Option<PathBuf>) -> anyhow::Result<()> {
+/// `--fault`: the fault run and its report.
+async fn fault_run(
+    args: run::RunArgs,
+    fault: faults::Fault,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let store = format!("{:?}", args.store).to_lowercase();
     let out = out.unwrap_or_else(|| {
         PathBuf::from(format!(
-            "loadtest/reports/faults/kill-9-{}-{store}",
+            "loadtest/reports/faults/{}-{}-{store}",
+            fault.slug(),
             args.scenario.name
         ))
     });
-    let report = Box::pin(faults::kill_nine(args, kills)).await?;
+    let report = Box::pin(faults::run(args, fault)).await?;
     report.write(&out)?;
     #[allow(clippy::print_stdout)] // the tool's one-line result is its output
     {
         println!(
-            "{} during {}: {} of {} delivered, lost {}, duplicates {} (bound {} per kill); {}. Report: {}",
+            "{} during {}: {} of {} delivered, lost {}, duplicates {} (bound {} per injection); {}. Report: {}",
             report.fault,
             report.scenario,
             report.unique_delivered,

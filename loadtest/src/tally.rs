@@ -14,8 +14,11 @@ use hdrhistogram::Histogram;
 pub struct Seen {
     pub deliveries: u64,
     pub bad_signatures: u64,
-    /// `(destination, event id)` delivered, pings left out.
-    pub unique_events: std::collections::HashSet<(String, String)>,
+    /// `(destination, event id)` delivered, pings left out, with when it first arrived.
+    pub unique_events: HashMap<(String, String), std::time::Instant>,
+    /// Every delivery of a pair already delivered: (its first arrival, this one). A fault run
+    /// tells from these which fault caused each repeat.
+    pub repeats: Vec<(std::time::Instant, std::time::Instant)>,
     pub per_tenant: HashMap<String, u64>,
 }
 
@@ -61,11 +64,19 @@ impl Tally {
     pub fn record(&self, destination: &str, event: &str, tenant: &str, sent_ms: Option<i64>) {
         if let Ok(mut seen) = self.seen.lock() {
             seen.deliveries += 1;
-            if seen
+            let now = std::time::Instant::now();
+            match seen
                 .unique_events
-                .insert((destination.to_owned(), event.to_owned()))
+                .entry((destination.to_owned(), event.to_owned()))
             {
-                self.delivered.fetch_add(1, Ordering::Relaxed);
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(now);
+                    self.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+                std::collections::hash_map::Entry::Occupied(o) => {
+                    let first = *o.get();
+                    seen.repeats.push((first, now));
+                }
             }
             *seen.per_tenant.entry(tenant.to_owned()).or_default() += 1;
         }
