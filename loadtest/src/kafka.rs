@@ -78,6 +78,9 @@ pub struct ProducedCounts {
     pub duplicates: u64,
     pub malformed: u64,
     pub system: u64,
+    /// HTTP target only: answers 429 (the hub held ingest back); each such record was sent again
+    /// after `Retry-After`, as a producer honouring back-pressure does.
+    pub throttled: u64,
 }
 
 impl ProducedCounts {

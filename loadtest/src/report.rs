@@ -332,6 +332,13 @@ impl Report {
             "| load produced | {} records in {:.1} s ({:.0}/s) |",
             self.produced.total, self.produce_seconds, self.produce_rate
         );
+        if self.produced.throttled > 0 {
+            let _ = writeln!(
+                md,
+                "| ingest held back (HTTP 429, sent again after `Retry-After`) | {} answers |",
+                self.produced.throttled
+            );
+        }
         let _ = writeln!(md, "| max lag | {} records |", self.hub.max_lag_records);
         if let Some(d) = self.hub.drain_after_production_seconds {
             let _ = writeln!(md, "| lag back to zero after production ended | {d:.2} s |");

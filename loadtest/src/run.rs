@@ -590,6 +590,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             counts.duplicates += more.duplicates;
             counts.malformed += more.malformed;
             counts.system += more.system;
+            counts.throttled += more.throttled;
             acked.store(counts.total, Ordering::Release);
             let end = Instant::now();
             wait_durable(&sampler, counts.total, DRAIN_LIMIT).await?;
