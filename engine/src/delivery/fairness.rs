@@ -18,6 +18,21 @@ pub fn weight_of(plan_tier: Option<&str>) -> u32 {
     hub_core::model::tier_weight(plan_tier)
 }
 
+/// Most attempts one destination runs at once on a shard of `workers` (R-DI-3: half, at least
+/// one), so a slow destination leaves the rest to other subscriptions.
+#[must_use]
+pub fn running_cap(workers: u32) -> u32 {
+    (workers / 2).max(1)
+}
+
+/// Most paged jobs one destination holds in a lane's memory of `held_max` (an eighth): a slow
+/// destination's backlog must not fill the memory that pages in everyone else's work; past its
+/// share its jobs wait in the store for a later page.
+#[must_use]
+pub fn holding_cap(held_max: usize) -> usize {
+    held_max / 8
+}
+
 /// How far into a tenant's queue a worker looks past jobs whose destination is at its cap.
 const LOOKAHEAD: usize = 64;
 
@@ -43,7 +58,7 @@ impl Scheduler {
             rotation: VecDeque::new(),
             queues: HashMap::new(),
             in_flight: HashMap::new(),
-            per_destination_cap: (workers / 2).max(1),
+            per_destination_cap: running_cap(workers),
         }
     }
 
@@ -101,6 +116,16 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r_di_3_a_destination_runs_half_the_workers_and_holds_an_eighth_of_the_memory() {
+        assert_eq!(
+            [1, 2, 8, 9].map(running_cap),
+            [1, 1, 4, 4],
+            "half, at least one"
+        );
+        assert_eq!([0, 1024, 100].map(holding_cap), [0, 128, 12]);
+    }
 
     fn due(job: u128, dest: &str) -> Due {
         Due {

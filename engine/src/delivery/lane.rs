@@ -326,13 +326,11 @@ impl DeliveryLane {
                 .as_ref()
                 .and_then(|s| s.endpoint.clone())
                 .unwrap_or_default();
-            // A slow destination's backlog must not fill the memory that pages in everyone
-            // else's work: past its share it stays in the store for a later page.
             let holding = lane
                 .held_per_destination
                 .entry(destination.clone())
                 .or_default();
-            if *holding >= self.config.held_max / 8 {
+            if *holding >= super::fairness::holding_cap(self.config.held_max) {
                 continue;
             }
             *holding += 1;
@@ -749,7 +747,7 @@ impl LaneState {
     /// still has it and a later page brings it back.
     /// The first leased job whose destination runs fewer than half the workers (R-DI-3).
     fn next_ready(&mut self, workers: u32) -> Option<Started> {
-        let cap = (workers / 2).max(1);
+        let cap = super::fairness::running_cap(workers);
         let in_flight = &self.in_flight;
         let running = &self.running;
         let i = self.ready.iter().position(|s| {
