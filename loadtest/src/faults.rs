@@ -129,6 +129,8 @@ pub struct FaultReport {
     pub seconds: f64,
     pub injections: Vec<Injection>,
     pub passed: bool,
+    /// The checks that failed, in words (empty when the run passed).
+    pub failures: Vec<String>,
 }
 
 /// Most attempts made and not yet recorded at once under the engine's settings (`LaneConfig`):
@@ -198,13 +200,15 @@ async fn wait_until(
     Ok(())
 }
 
-/// Quarantine records the store holds, read through `/admin/quarantine` with an operator token.
-async fn quarantined(hub: &Hub, data_dir: &Path) -> anyhow::Result<u64> {
+/// Quarantine records the store holds for this run's source, read through `/admin/quarantine`
+/// with an operator token. The CQL keyspace outlives a run, so other runs' records are filtered
+/// out by source.
+async fn quarantined(hub: &Hub, data_dir: &Path, source: &str) -> anyhow::Result<u64> {
     let token = deliver::operator_token(data_dir)?;
     let client = reqwest::Client::new();
     let (mut total, mut cursor) = (0u64, None::<u64>);
     loop {
-        let mut url = format!("{}/admin/quarantine?limit=1000", hub.url);
+        let mut url = format!("{}/admin/quarantine?limit=1000&source={source}", hub.url);
         if let Some(c) = cursor {
             url.push_str(&format!("&cursor={c}"));
         }
@@ -497,7 +501,7 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let unexplained = attribute(&tally, &mut injections);
     let seconds = ctx.t0.elapsed().as_secs_f64();
-    let quarantined = quarantined(&hub, data_dir.path()).await?;
+    let quarantined = quarantined(&hub, data_dir.path(), &run_id).await?;
     hub.stop()?;
     let unique_delivered = ctx.delivered();
     let expected = ctx.expected;
@@ -510,11 +514,17 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
         // The engine keeps running: nothing it attempted is forgotten.
         Fault::Outage(..) => 0,
     };
-    let passed = unique_delivered == expected
-        && committed >= produced.total
-        && quarantined == produced.malformed
-        && unexplained == 0
-        && injections.iter().all(|k| k.duplicates <= bound);
+    let failures = failed_checks(&Outcome {
+        expected,
+        unique_delivered,
+        produced: produced.total,
+        committed,
+        malformed: produced.malformed,
+        quarantined,
+        unexplained,
+        bound,
+        injections: &injections,
+    });
     Ok(FaultReport {
         fault: fault.label(),
         scenario: scenario.name.clone(),
@@ -536,8 +546,59 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
         max_lag_records: max_lag,
         seconds,
         injections,
-        passed,
+        passed: failures.is_empty(),
+        failures,
     })
+}
+
+/// What a fault run ended with, for the checks.
+struct Outcome<'a> {
+    expected: u64,
+    unique_delivered: u64,
+    produced: u64,
+    committed: u64,
+    malformed: u64,
+    quarantined: u64,
+    unexplained: u64,
+    bound: u64,
+    injections: &'a [Injection],
+}
+
+/// Each check the run failed, said in words.
+fn failed_checks(o: &Outcome) -> Vec<String> {
+    let mut failed = Vec::new();
+    if o.unique_delivered != o.expected {
+        failed.push(format!(
+            "delivered {} of {} expected",
+            o.unique_delivered, o.expected
+        ));
+    }
+    if o.committed < o.produced {
+        failed.push(format!(
+            "committed {} of {} offsets",
+            o.committed, o.produced
+        ));
+    }
+    if o.quarantined != o.malformed {
+        failed.push(format!(
+            "quarantined {} for {} malformed records",
+            o.quarantined, o.malformed
+        ));
+    }
+    if o.unexplained > 0 {
+        failed.push(format!("{} repeats no injection explains", o.unexplained));
+    }
+    for (n, k) in o.injections.iter().enumerate() {
+        if k.duplicates > o.bound {
+            failed.push(format!(
+                "injection {} caused {} duplicates (bound {})",
+                n + 1,
+                k.duplicates,
+                o.bound
+            ));
+        }
+    }
+    failed
 }
 
 impl FaultReport {
@@ -558,6 +619,9 @@ impl FaultReport {
             "# Fault run: {} during {} ({:?}) — {verdict}\n",
             self.fault, self.scenario, self.store
         );
+        for failure in &self.failures {
+            let _ = writeln!(md, "**Failed:** {failure}.  ");
+        }
         let _ = writeln!(md, "Command: `{}`  ", self.command);
         let _ = writeln!(
             md,

@@ -222,7 +222,8 @@ async fn fault_run(
     }
     anyhow::ensure!(
         report.passed,
-        "the fault run lost or repeated more than it may"
+        "the fault run failed: {}",
+        report.failures.join("; ")
     );
     Ok(())
 }
