@@ -1,5 +1,5 @@
 //! Readiness and health of an engine (R-OP-4). `/ready` answers 200 only while every component
-//! is up — the store answers a read, Kafka answers (when configured), the subscription index is
+//! is up — the store answers a read and its last write did not fail, Kafka answers (when configured), the subscription index is
 //! loaded, every shard runs — and 503 with the ones that are not; `/health` lists each component
 //! with its state and last error; `/metrics` has `streaming_hub_component_up`. A store or broker outage
 //! shows within seconds (the store is read on each check, the broker every five seconds by the
@@ -97,7 +97,13 @@ impl Readiness {
         )
         .await;
         match read {
-            Ok(Ok(_)) => self.store_state.ok(now),
+            Ok(Ok(_)) => match self.store.write_failure() {
+                // It answers reads but cannot write (a full disk): not ready, and why.
+                Some(why) => self
+                    .store_state
+                    .failed(&format!("writes failing: {why}"), now),
+                None => self.store_state.ok(now),
+            },
             Ok(Err(e)) => self.store_state.failed(&e.to_string(), now),
             Err(_) => self
                 .store_state

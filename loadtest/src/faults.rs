@@ -9,6 +9,9 @@
 //! - `kafka-outage:S`, `cassandra-outage:S`: a third of the way in, the service is stopped for S
 //!   seconds (`scripts/services down`) and started again; the engine is left alone and must
 //!   resume by itself.
+//! - `disk-full:S` (embedded store): the data directory is a size-limited tmpfs, filled but for
+//!   a little headroom before the backlog is ingested, freed S seconds after the store ran out
+//!   (`disk_full.rs`).
 //!
 //! Checked exactly: every (event, subscription) delivered (lost = 0), every record's offset
 //! committed, the store's quarantine holding exactly the malformed records produced (a replay
@@ -35,6 +38,8 @@ use crate::sinks::SinkChoice;
 use crate::tally::Tally;
 use crate::workload::Generator;
 
+mod disk_full;
+
 /// The longest a run waits for any progress before it fails.
 const STALL_LIMIT: Duration = Duration::from_secs(180);
 
@@ -45,13 +50,17 @@ pub enum Fault {
     Kill9(u32),
     /// Stop a service of `scripts/services` (`kafka`, `cassandra`) for this many seconds, once.
     Outage(&'static str, u64),
+    /// Fill the embedded store's disk for this many seconds, once.
+    DiskFull(u64),
 }
 
 impl std::str::FromStr for Fault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (kind, n) = s.split_once(':').ok_or_else(|| {
-            format!("{s:?}: expected kill-9:<times> or <service>-outage:<seconds>")
+            format!(
+                "{s:?}: expected kill-9:<times>, <service>-outage:<seconds> or disk-full:<seconds>"
+            )
         })?;
         let n: u64 = n
             .parse()
@@ -60,8 +69,9 @@ impl std::str::FromStr for Fault {
             "kill-9" => Ok(Fault::Kill9(u32::try_from(n).map_err(|e| e.to_string())?)),
             "kafka-outage" => Ok(Fault::Outage("kafka", n)),
             "cassandra-outage" => Ok(Fault::Outage("cassandra", n)),
+            "disk-full" => Ok(Fault::DiskFull(n)),
             other => Err(format!(
-                "unknown fault {other:?} (kill-9, kafka-outage, cassandra-outage)"
+                "unknown fault {other:?} (kill-9, kafka-outage, cassandra-outage, disk-full)"
             )),
         }
     }
@@ -74,6 +84,7 @@ impl Fault {
         match self {
             Fault::Kill9(_) => "kill-9".into(),
             Fault::Outage(service, _) => format!("{service}-outage"),
+            Fault::DiskFull(_) => "disk-full".into(),
         }
     }
 
@@ -81,6 +92,7 @@ impl Fault {
         match self {
             Fault::Kill9(n) => format!("kill -9 × {n}"),
             Fault::Outage(service, s) => format!("{service} stopped for {s} s"),
+            Fault::DiskFull(s) => format!("disk full for {s} s"),
         }
     }
 }
@@ -102,6 +114,9 @@ pub struct Injection {
     /// When a kill happened (repeats are attributed to kills by time).
     #[serde(skip)]
     pub killed_at: Option<Instant>,
+    /// A check of this injection's own that failed (e.g. the hub never said why it stopped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -350,6 +365,7 @@ async fn kill_nine(
             duplicates: 0,
             note: String::new(),
             killed_at: Some(killed),
+            failed: None,
         });
     }
     Ok((hub, done))
@@ -396,6 +412,7 @@ async fn outage(ctx: &Ctx<'_>, service: &str, seconds: u64) -> anyhow::Result<Ve
         duplicates: 0,
         note: format!("{during} delivered while {service} was down"),
         killed_at: None,
+        failed: None,
     }])
 }
 
@@ -405,11 +422,16 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     let (Some(delivery), SinkChoice::Webhook) = (&scenario.delivery, args.sink) else {
         anyhow::bail!("a fault run needs a delivery scenario to webhooks (e.g. deliver-backlog)");
     };
-    if let Fault::Outage("cassandra", _) = fault {
-        anyhow::ensure!(
+    match fault {
+        Fault::Outage("cassandra", _) => anyhow::ensure!(
             args.store == StoreChoice::Cql,
             "a cassandra outage needs --store cql"
-        );
+        ),
+        Fault::DiskFull(_) => anyhow::ensure!(
+            args.store == StoreChoice::Embedded,
+            "a full disk is the embedded store's fault: use --store embedded"
+        ),
+        _ => {}
     }
     let run_id = format!("lt{}", &uuid::Uuid::now_v7().simple().to_string()[..16]);
     let topic = format!("lerian.streaming.{run_id}");
@@ -424,6 +446,13 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
     let data_dir = tempfile::tempdir()?;
+    let _tmpfs = match fault {
+        Fault::DiskFull(_) => Some(disk_full::Tmpfs::mount(
+            data_dir.path(),
+            disk_full::tmpfs_mib(scenario.records),
+        )?),
+        _ => None,
+    };
     let group = format!("{run_id}-hub");
     let spec = HubSpec {
         bin: &args.hub_bin,
@@ -484,10 +513,21 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
         produced: produced.total,
         t0: Instant::now(),
     };
+    if let Fault::DiskFull(_) = fault {
+        let held = disk_full::fill(data_dir.path())?;
+        eprintln!(
+            "[faults] the data directory's disk is full but 2 MiB ({} MiB of filler)",
+            held >> 20
+        );
+    }
     let hub = Hub::start(&spec)?;
     let (hub, mut injections) = match fault {
         Fault::Kill9(kills) => kill_nine(&ctx, hub, kills, args.seed).await?,
         Fault::Outage(service, seconds) => (hub, outage(&ctx, service, seconds).await?),
+        Fault::DiskFull(seconds) => {
+            let injections = disk_full::disk_full(&ctx, &hub.url, data_dir.path(), seconds).await?;
+            (hub, injections)
+        }
     };
     wait_until(
         || ctx.delivered() >= ctx.expected,
@@ -512,7 +552,7 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     let bound = match fault {
         Fault::Kill9(_) => unrecorded_at_once(args.store, &args.hub_env),
         // The engine keeps running: nothing it attempted is forgotten.
-        Fault::Outage(..) => 0,
+        Fault::Outage(..) | Fault::DiskFull(_) => 0,
     };
     let failures = failed_checks(&Outcome {
         expected,
@@ -589,6 +629,9 @@ fn failed_checks(o: &Outcome) -> Vec<String> {
         failed.push(format!("{} repeats no injection explains", o.unexplained));
     }
     for (n, k) in o.injections.iter().enumerate() {
+        if let Some(why) = &k.failed {
+            failed.push(format!("injection {}: {why}", n + 1));
+        }
         if k.duplicates > o.bound {
             failed.push(format!(
                 "injection {} caused {} duplicates (bound {})",

@@ -224,6 +224,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn write_timings(&self) -> Vec<timings::PhaseTotal> {
         Vec::new()
     }
+
+    /// Why writes fail now, when the store knows it without trying one (the embedded store keeps
+    /// its last failed commit until one lands); readiness reports it.
+    fn write_failure(&self) -> Option<String> {
+        None
+    }
 }
 
 impl ForensicsFilter {

@@ -282,3 +282,55 @@ async fn r_in_10_bad_input_on_http_ingest_gets_a_code_and_is_never_an_event() {
     assert_eq!(inbox["items"], serde_json::json!([]), "none is an event");
     setup.engine.stop();
 }
+
+/// Issue 19's clock skew, R-IN-3 and R-IN-8: a producer whose clock is far off still writes
+/// valid events. A `ce-time` decades in the past or centuries ahead is accepted and kept as
+/// sent, and `seq` follows arrival, never the producer's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_8_events_with_a_skewed_ce_time_are_accepted_and_seq_follows_arrival() {
+    let setup = Setup::start("ingest-clock-skew").await;
+    let http = &setup.engine.producer();
+    let times = [
+        "2999-12-31T23:59:59.999999999Z",
+        "1970-01-01T00:00:00Z",
+        "2026-11-29T20:17:42+09:30",
+        "2000-02-29T12:00:00-23:59",
+    ];
+    let mut seqs = Vec::new();
+    for time in times {
+        let mut event = event_headers(&setup.tenant, Uuid::now_v7());
+        for (k, v) in event.iter_mut() {
+            if *k == "ce-time" {
+                *v = time.into();
+            }
+        }
+        let (status, answer) = post(http, &event).await;
+        assert_eq!(
+            (status, answer["verdict"].as_str()),
+            (202, Some("accepted")),
+            "ce-time {time}: {answer}"
+        );
+        seqs.push(answer["seq"].as_u64().expect("a seq"));
+    }
+    let first = seqs[0];
+    let arrival: Vec<u64> = (first..first + times.len() as u64).collect();
+    assert_eq!(seqs, arrival, "seq is the order of arrival");
+
+    let admin = crate::support::token(setup.dir.path(), "ops", &["admin"]);
+    let inbox = setup.engine.admin_events(&admin, &setup.tenant).await;
+    let stored: Vec<(u64, String)> = inbox["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|e| {
+            let seq = e["seq"].as_u64().expect("seq");
+            (seq, e["time"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let sent: Vec<(u64, String)> = arrival
+        .into_iter()
+        .zip(times.iter().map(|t| t.to_string()))
+        .collect();
+    assert_eq!(stored, sent, "listed in seq order, each time kept as sent");
+    setup.engine.stop();
+}

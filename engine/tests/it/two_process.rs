@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::delivery::{engine_env, ingest_one, start_engine, Tenant};
+use crate::delivery::{delivery_of, engine_env, ingest_one, start_engine, EngineEnv, Tenant};
 use crate::graphql_live;
 use crate::receiver::{Act, Receiver};
 use crate::support::*;
@@ -89,31 +89,68 @@ where
     None
 }
 
+/// An engine and a control process on one CQL keyspace, sharing keys and a JWT secret; the
+/// engine is told of changes by the control process (R-TR-4). Fields drop in order: the
+/// processes before the keyspace.
+struct Split {
+    engine: Engine,
+    control: ControlProcess,
+    control_port: u16,
+    jwt: String,
+    env: EngineEnv,
+    control_dir: tempfile::TempDir,
+    _engine_dir: tempfile::TempDir,
+}
+
+impl Split {
+    /// Both processes started and ready; `extra` goes to both.
+    async fn start(name: &str, extra: &[(&str, &str)]) -> Split {
+        let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
+        let jwt = format!("jwt-{}", Uuid::now_v7().simple());
+        let control_port = free_port();
+        let shared = [
+            ("STREAMING_HUB_MASTER_KEYS", format!("k1:{key}")),
+            ("STREAMING_HUB_JWT_HS256_SECRET", jwt.clone()),
+            (
+                "STREAMING_HUB_CONTROL_URL",
+                format!("http://127.0.0.1:{control_port}"),
+            ),
+        ];
+        let mut vars: Vec<(&str, &str)> = shared.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        vars.extend_from_slice(extra);
+        let env = engine_env(Backend::Cql, &vars);
+        let engine_dir = tempfile::tempdir().expect("tempdir");
+        let control_dir = tempfile::tempdir().expect("tempdir");
+        let group = format!("{name}-{}", Uuid::now_v7().simple());
+        let engine = start_engine(engine_dir.path(), &group, free_port(), Backend::Cql, &env);
+        let control = ControlProcess::start(control_dir.path(), control_port, &env.vars);
+        engine.wait_ready().await;
+        control.wait_ready().await;
+        Split {
+            engine,
+            control,
+            control_port,
+            jwt,
+            env,
+            control_dir,
+            _engine_dir: engine_dir,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_op_1_r_tr_4_control_process_and_engine_share_one_keyspace_changes_pushed() {
-    let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
-    let jwt = format!("jwt-{}", Uuid::now_v7().simple());
-    let control_port = free_port();
-    let shared = [
-        ("STREAMING_HUB_MASTER_KEYS", format!("k1:{key}")),
-        ("STREAMING_HUB_JWT_HS256_SECRET", jwt.clone()),
-        // R-TR-4: the engine is told of changes by the control process; its own poll of the
-        // revision log is slowed to a minute, so only the push can make a change visible fast.
-        (
-            "STREAMING_HUB_CONTROL_URL",
-            format!("http://127.0.0.1:{control_port}"),
-        ),
-        ("STREAMING_HUB_FOLLOW_MS", "60000".to_owned()),
-    ];
-    let shared: Vec<(&str, &str)> = shared.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let env = engine_env(Backend::Cql, &shared);
-    let engine_dir = tempfile::tempdir().expect("tempdir");
-    let control_dir = tempfile::tempdir().expect("tempdir");
-    let group = format!("two-process-{}", Uuid::now_v7().simple());
-    let engine = start_engine(engine_dir.path(), &group, free_port(), Backend::Cql, &env);
-    let control = ControlProcess::start(control_dir.path(), control_port, &env.vars);
-    engine.wait_ready().await;
-    control.wait_ready().await;
+    // R-TR-4: the engine's own poll of the revision log is slowed to a minute, so only the
+    // push can make a change visible fast.
+    let Split {
+        engine,
+        control,
+        jwt,
+        env: _keyspace,
+        control_dir: _control_dir,
+        _engine_dir,
+        ..
+    } = Split::start("two-process", &[("STREAMING_HUB_FOLLOW_MS", "60000")]).await;
 
     let (status, health) = control.get("/health").await;
     assert_eq!(status, 200);
@@ -275,6 +312,98 @@ async fn r_op_1_r_tr_4_control_process_and_engine_share_one_keyspace_changes_pus
     .expect("the engine's delivery counted, read through the control process");
     assert_eq!(delivered["status"], "Healthy", "{delivered}");
 
+    control.stop();
+    engine.stop();
+}
+
+/// Issue 19's control-process fault, R-OP-1: the engine never depends on the control process.
+/// Killed with SIGKILL in the middle of a stream of events, the control process takes nothing
+/// with it: every event is delivered while it is gone; restarted on the same port it serves
+/// again, and a subscription made through it reaches the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_1_deliveries_go_on_while_the_control_process_is_killed_and_restarted() {
+    let split = Split::start("control-restart", &[]).await;
+    let (engine, jwt) = (&split.engine, &split.jwt);
+
+    let tenant = format!("t-ctl-restart-{}", Uuid::now_v7().simple());
+    let token = token_signed(jwt, &tenant, &["subscriptions:get", "subscriptions:post"]);
+    let api = Tenant::at(&split.control.http, token.clone());
+    let first = Receiver::start().await;
+    first.script(&[], Act::Status(204));
+    api.active_webhook("before", &first.url("/in"), json!({}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut sent = Vec::new();
+    for _ in 0..20 {
+        sent.push(ingest_one(engine, &tenant, &[]).await);
+    }
+    let Split {
+        engine,
+        mut control,
+        control_port,
+        env,
+        control_dir,
+        _engine_dir,
+        ..
+    } = split;
+    control.child.kill().expect("SIGKILL the control process");
+    control.child.wait().expect("reaped");
+    for _ in 0..40 {
+        sent.push(ingest_one(&engine, &tenant, &[]).await);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let all_delivered = || {
+        let got: std::collections::HashSet<String> = first
+            .received()
+            .iter()
+            .map(|r| r.header("x-lerian-event-id").to_owned())
+            .collect();
+        sent.iter().all(|id| got.contains(&id.to_string()))
+    };
+    eventually(Duration::from_secs(30), || async {
+        all_delivered().then_some(())
+    })
+    .await
+    .expect("every event delivered while the control process was gone");
+    let (status, ready) = {
+        let r = reqwest::get(format!("{}/ready", engine.http))
+            .await
+            .expect("engine /ready");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+    assert_eq!(
+        status, 200,
+        "the engine stays ready without its control process: {ready}"
+    );
+    drop(control);
+
+    // Restarted on the same port and keyspace: it serves the same subscriptions, and a new one
+    // made through it is delivered by the engine that never stopped.
+    let control = ControlProcess::start(control_dir.path(), control_port, &env.vars);
+    control.wait_ready().await;
+    let api = Tenant::at(&control.http, token);
+    let (status, listed) = api.call("GET", "/v1/subscriptions", None).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    let second = Receiver::start().await;
+    second.script(&[], Act::Status(204));
+    api.active_webhook("after", &second.url("/in"), json!({}))
+        .await;
+    let after = eventually(Duration::from_secs(20), || async {
+        let event = ingest_one(&engine, &tenant, &[]).await;
+        delivery_of(&second, event).await.map(|_| event)
+    })
+    .await
+    .expect("a subscription made through the restarted control process is delivered");
+    assert!(
+        delivery_of(&first, after).await.is_some(),
+        "the first subscription still gets new events"
+    );
     control.stop();
     engine.stop();
 }

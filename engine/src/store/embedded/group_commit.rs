@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
+
+use super::handle::DbHandle;
 use tokio::sync::oneshot;
 
 use super::delivery::{apply_step, JobTables};
@@ -109,7 +111,7 @@ impl Drop for Committer {
 
 /// Starts the committer thread.
 pub(super) fn start(
-    db: Arc<Database>,
+    db: Arc<DbHandle>,
     timings: Arc<PhaseTimings>,
 ) -> Result<Committer, StoreError> {
     let (tx, rx) = mpsc::channel::<Work>();
@@ -125,15 +127,19 @@ pub(super) fn start(
                     }
                 }
                 let started = Instant::now();
-                let outcomes = commit_group(&db, &group);
+                // A failure reopens the store before the answers go out, so a caller retrying
+                // at once finds it open again (`handle.rs`).
+                let outcomes = db.run(|open| commit_group(open, &group));
                 timings.record(0, started);
                 match outcomes {
                     Ok(outcomes) => {
+                        db.note_write(None);
                         for (work, outcome) in group.into_iter().zip(outcomes) {
                             work.answer(outcome);
                         }
                     }
                     Err(e) => {
+                        db.note_write(Some(&e));
                         for work in group {
                             work.answer(Err(StoreError::Unavailable(e.to_string())));
                         }

@@ -9,6 +9,7 @@
 
 mod delivery;
 mod group_commit;
+mod handle;
 mod retention;
 mod tables;
 
@@ -32,7 +33,7 @@ use tables::*;
 /// The embedded store. Cheap to clone; all clones share one database file.
 #[derive(Clone)]
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    db: Arc<handle::DbHandle>,
     /// One phase: the whole fsynced transaction of a group of batches.
     timings: Arc<PhaseTimings>,
     commits: Arc<group_commit::Committer>,
@@ -65,7 +66,7 @@ impl EmbeddedStore {
         if released > 0 {
             tracing::info!(released, "released delivery leases of the previous run");
         }
-        let db = Arc::new(db);
+        let db = Arc::new(handle::DbHandle::new(path, db));
         let timings = Arc::new(PhaseTimings::new(&["group_transaction"]));
         let commits = Arc::new(group_commit::start(db.clone(), timings.clone())?);
         Ok(Self {
@@ -89,8 +90,9 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || work(&db))
+        let handle = self.db.clone();
+        // On the blocking thread: a reopen holds the handle for a moment.
+        tokio::task::spawn_blocking(move || handle.run(work))
             .await
             .map_err(unavailable)?
     }
@@ -222,6 +224,10 @@ impl Store for EmbeddedStore {
 
     fn write_timings(&self) -> Vec<PhaseTotal> {
         self.timings.snapshot()
+    }
+
+    fn write_failure(&self) -> Option<String> {
+        self.db.write_failure()
     }
 
     async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {
