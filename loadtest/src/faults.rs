@@ -727,16 +727,25 @@ impl FaultReport {
         for (what, value, must) in rows {
             let _ = writeln!(md, "| {what} | {value} | {must} |");
         }
-        let _ = writeln!(
-            md,
-            "\nThe duplicate bound: a kill repeats only attempts made and not yet recorded — \
-             running, finished and waiting for the next store step, or inside the step being \
-             written. A lane leases at most workers × rounds-ahead jobs and no more while a step \
-             is written, so at most that many are in flight plus as many inside the step: \
-             2 × shards × workers × rounds = {} here (leased jobs never attempted are recoveries, \
-             not duplicates).\n",
-            self.duplicate_bound_per_kill
-        );
+        if self.fault.starts_with("kill") {
+            let _ = writeln!(
+                md,
+                "\nThe duplicate bound: a kill repeats only attempts made and not yet recorded — \
+                 running, finished and waiting for the next store step, or inside the step being \
+                 written. A lane leases at most workers × rounds-ahead jobs and no more while a \
+                 step is written, so at most that many are in flight plus as many inside the \
+                 step: 2 × shards × workers × rounds = {} here (leased jobs never attempted are \
+                 recoveries, not duplicates).\n",
+                self.duplicate_bound_per_kill
+            );
+        } else {
+            let _ = writeln!(
+                md,
+                "\nThe duplicate bound is 0: the engine keeps running through the fault, so it \
+                 forgets nothing it attempted; a step that could not be written is kept and \
+                 written again, and no delivery may repeat.\n"
+            );
+        }
         let _ = writeln!(
             md,
             "| # | at (s) | delivered then | recovered after (s) | duplicates | note |\n|---|---|---|---|---|---|"

@@ -376,20 +376,26 @@ mod tests {
         );
     }
 
+    /// Issue 19: a 10 MiB answer, success or failure, is read only up to the cap.
     #[tokio::test]
     async fn r_di_13_a_2xx_is_success_and_a_large_body_is_read_only_up_to_the_cap() {
-        let body = vec![b'x'; 4 * 1024 * 1024];
-        let mut response =
-            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
-        response.extend_from_slice(&body);
-        let (addr, _) = answering(response).await;
-        let endpoint = format!("http://{addr}/hook");
-        let outcome = loopback_allowed().send(&attempt(&endpoint), &keys()).await;
-        assert!(outcome.success, "{outcome:?}");
-        assert!(
-            outcome.detail.len() <= MAX_RESPONSE_BODY,
-            "the detail keeps a bounded prefix"
-        );
+        let body = vec![b'x'; 10 * 1024 * 1024];
+        for (status, success) in [("200 OK", true), ("500 Internal Server Error", false)] {
+            let mut response = format!(
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            response.extend_from_slice(&body);
+            let (addr, _) = answering(response).await;
+            let endpoint = format!("http://{addr}/hook");
+            let outcome = loopback_allowed().send(&attempt(&endpoint), &keys()).await;
+            assert_eq!(outcome.success, success, "{outcome:?}");
+            assert!(
+                outcome.detail.len() <= MAX_RESPONSE_BODY,
+                "the detail keeps a bounded prefix"
+            );
+        }
     }
 
     /// The attempt was refused as not allowed, and the receiver never saw a connection.
