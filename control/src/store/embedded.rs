@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use hub_core::redb_handle::{DbHandle, StorageFailure};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -23,7 +24,8 @@ const IDEM: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("idempot
 
 #[derive(Clone)]
 pub struct EmbeddedControlStore {
-    db: Arc<Database>,
+    /// Reopened after a failed write (a full disk): see `hub_core::redb_handle`.
+    db: Arc<DbHandle>,
 }
 
 impl std::fmt::Debug for EmbeddedControlStore {
@@ -34,6 +36,23 @@ impl std::fmt::Debug for EmbeddedControlStore {
 
 fn unavailable(e: impl std::fmt::Display) -> ControlStoreError {
     ControlStoreError::Unavailable(e.to_string())
+}
+
+impl StorageFailure for ControlStoreError {
+    fn unavailable(why: String) -> Self {
+        ControlStoreError::Unavailable(why)
+    }
+
+    fn is_storage_failure(&self) -> bool {
+        matches!(self, ControlStoreError::Unavailable(_))
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            ControlStoreError::Unavailable(why) => why.clone(),
+            other => other.to_string(),
+        }
+    }
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, ControlStoreError> {
@@ -65,7 +84,9 @@ impl EmbeddedControlStore {
         txn.open_table(CHANGES).map_err(unavailable)?;
         txn.open_table(IDEM).map_err(unavailable)?;
         txn.commit().map_err(unavailable)?;
-        Ok(Self { db: Arc::new(db) })
+        Ok(Self {
+            db: Arc::new(DbHandle::new(path, db)),
+        })
     }
 
     async fn blocking<T, F>(&self, work: F) -> Result<T, ControlStoreError>
@@ -73,8 +94,8 @@ impl EmbeddedControlStore {
         T: Send + 'static,
         F: FnOnce(&Database) -> Result<T, ControlStoreError> + Send + 'static,
     {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || work(&db))
+        let handle = self.db.clone();
+        tokio::task::spawn_blocking(move || handle.run(work))
             .await
             .map_err(unavailable)?
     }
@@ -339,5 +360,48 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open");
         crate::store::conformance::run_all(Arc::new(store), "embedded").await;
+    }
+
+    /// Issue 19's full disk, R-CP-13: a change that finds no space fails whole and says why;
+    /// once space is freed the store reopens its file by itself, keeps every change it
+    /// acknowledged, and takes new ones.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_cp_13_a_full_disk_fails_changes_whole_and_the_store_resumes_when_space_is_freed() {
+        use crate::store::conformance::subscription;
+        use hub_core::redb_handle::testing::{fill, Tmpfs};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _tmpfs = Tmpfs::mount(dir.path(), 8);
+        let store = EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open");
+        fill(dir.path(), 64 << 10).expect("filled");
+        let mut made = 0;
+        let failure = loop {
+            let mut sub = subscription("t-full", &format!("s-{made}"));
+            // Large rows fill the disk in a few changes.
+            sub.endpoint = Some(format!("https://example.com/{}", "p".repeat(16 << 10)));
+            match store.create(&sub).await {
+                Ok(()) => made += 1,
+                Err(e) => break e.to_string(),
+            }
+            assert!(made < 1000, "the disk never filled");
+        };
+        assert!(failure.contains("No space left"), "says why: {failure}");
+
+        std::fs::remove_file(dir.path().join("filler")).expect("space freed");
+        let mut resumed = false;
+        for _ in 0..50 {
+            if store.create(&subscription("t-full", "after")).await.is_ok() {
+                resumed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert!(resumed, "changes resume once space is freed");
+        let live = store.list("t-full", None, 1000).await.expect("list");
+        assert_eq!(
+            live.len(),
+            made + 1,
+            "every acknowledged change kept, nothing half-made"
+        );
     }
 }

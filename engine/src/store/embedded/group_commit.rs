@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
-use super::handle::DbHandle;
+use hub_core::redb_handle::DbHandle;
 use tokio::sync::oneshot;
 
 use super::delivery::{apply_step, JobTables};
@@ -128,18 +128,18 @@ pub(super) fn start(
                 }
                 let started = Instant::now();
                 // A failure reopens the store before the answers go out, so a caller retrying
-                // at once finds it open again (`handle.rs`).
+                // at once finds it open again (`hub_core::redb_handle`).
                 let outcomes = db.run(|open| commit_group(open, &group));
                 timings.record(0, started);
                 match outcomes {
                     Ok(outcomes) => {
-                        db.note_write(None);
+                        db.note_landed();
                         for (work, outcome) in group.into_iter().zip(outcomes) {
                             work.answer(outcome);
                         }
                     }
                     Err(e) => {
-                        db.note_write(Some(&e));
+                        db.note_failed(&e);
                         for work in group {
                             work.answer(Err(StoreError::Unavailable(e.to_string())));
                         }

@@ -8,8 +8,9 @@
 //! can never see `seq = n` before `seq < n` (R-IN-8).
 
 mod delivery;
+#[cfg(test)]
+mod full_disk_tests;
 mod group_commit;
-mod handle;
 mod retention;
 mod tables;
 
@@ -18,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use hub_core::redb_handle::{DbHandle, StorageFailure};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
 
@@ -33,7 +35,7 @@ use tables::*;
 /// The embedded store. Cheap to clone; all clones share one database file.
 #[derive(Clone)]
 pub struct EmbeddedStore {
-    db: Arc<handle::DbHandle>,
+    db: Arc<DbHandle>,
     /// One phase: the whole fsynced transaction of a group of batches.
     timings: Arc<PhaseTimings>,
     commits: Arc<group_commit::Committer>,
@@ -52,6 +54,23 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+impl StorageFailure for StoreError {
+    fn unavailable(why: String) -> Self {
+        StoreError::Unavailable(why)
+    }
+
+    fn is_storage_failure(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            StoreError::Unavailable(why) => why.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl EmbeddedStore {
     /// Opens (or creates) the database file at `path`, creating its directory.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -66,7 +85,7 @@ impl EmbeddedStore {
         if released > 0 {
             tracing::info!(released, "released delivery leases of the previous run");
         }
-        let db = Arc::new(handle::DbHandle::new(path, db));
+        let db = Arc::new(DbHandle::new(path, db));
         let timings = Arc::new(PhaseTimings::new(&["group_transaction"]));
         let commits = Arc::new(group_commit::start(db.clone(), timings.clone())?);
         Ok(Self {

@@ -1,4 +1,5 @@
-//! The database handle, reopened after a failed write.
+//! A redb database handle, reopened after a failed write; the engine's store and the control
+//! store both go through one.
 //!
 //! After a write fails — a full disk, a failing device — redb's in-memory state cannot be
 //! trusted: it answers later transactions with `PreviousIo`, or, seen here on a full tmpfs, the
@@ -25,7 +26,15 @@ use std::time::{Duration, Instant};
 
 use redb::Database;
 
-use crate::store::StoreError;
+/// What a store's error must say for the handle: which errors are storage failures (they spend
+/// the handle), how to make one from words, and its words without the wrapper's prefix.
+pub trait StorageFailure: std::fmt::Display + Sized {
+    fn unavailable(why: String) -> Self;
+    /// Whether this error came from the storage (and so may have spent the handle).
+    fn is_storage_failure(&self) -> bool;
+    /// The words an operator needs, without the `… unavailable:` every wrapper adds.
+    fn reason(&self) -> String;
+}
 
 /// Least time between two reopen attempts.
 const REOPEN_EVERY: Duration = Duration::from_secs(1);
@@ -33,7 +42,7 @@ const REOPEN_EVERY: Duration = Duration::from_secs(1);
 const CALLS_WITHIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
-pub(super) struct DbHandle {
+pub struct DbHandle {
     path: PathBuf,
     current: RwLock<Option<Arc<Database>>>,
     /// When a reopen was last tried, so a still-full disk is not hammered.
@@ -44,12 +53,12 @@ pub(super) struct DbHandle {
     write_failure: Mutex<Option<String>>,
 }
 
-fn down(why: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(why.to_string())
+fn down<E: StorageFailure>(why: impl std::fmt::Display) -> E {
+    E::unavailable(why.to_string())
 }
 
 impl DbHandle {
-    pub(super) fn new(path: &Path, db: Database) -> Self {
+    pub fn new(path: &Path, db: Database) -> Self {
         Self {
             path: path.to_owned(),
             current: RwLock::new(Some(Arc::new(db))),
@@ -61,10 +70,10 @@ impl DbHandle {
 
     /// Runs `work` on the open database (reopening it first if an earlier reopen failed); a
     /// storage failure or a panic inside it spends the handle, which is reopened.
-    pub(super) fn run<T>(
+    pub fn run<T, E: StorageFailure>(
         &self,
-        work: impl FnOnce(&Database) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+        work: impl FnOnce(&Database) -> Result<T, E>,
+    ) -> Result<T, E> {
         let (used, answer) = {
             let db = self.get()?;
             (
@@ -74,20 +83,20 @@ impl DbHandle {
         };
         // `db` is dropped: the reopen must not wait for this very call.
         match answer {
-            Ok(Err(e @ StoreError::Unavailable(_))) => {
+            Ok(Err(e)) if e.is_storage_failure() => {
                 self.recover(used, &e);
                 Err(e)
             }
             Ok(answer) => answer,
             Err(panic) => {
-                let e = down(format!("the embedded store failed: {}", panic_text(&panic)));
+                let e: E = down(format!("the embedded store failed: {}", panic_text(&panic)));
                 self.recover(used, &e);
                 Err(e)
             }
         }
     }
 
-    fn get(&self) -> Result<Arc<Database>, StoreError> {
+    fn get<E: StorageFailure>(&self) -> Result<Arc<Database>, E> {
         if let Some(db) = self.current.read().map_err(down)?.as_ref() {
             return Ok(db.clone());
         }
@@ -100,7 +109,7 @@ impl DbHandle {
     /// file again. Calls that failed on the same handle at the same time find it replaced and
     /// leave the new one alone. The lock is held throughout, so no call starts on a handle
     /// being closed, and none reopens the file while the spent handle still holds it.
-    fn recover(&self, used: usize, failure: &StoreError) {
+    fn recover<E: StorageFailure>(&self, used: usize, failure: &E) {
         let Ok(mut slot) = self.current.write() else {
             return;
         };
@@ -112,23 +121,30 @@ impl DbHandle {
         }
         tracing::warn!(error = %failure, "the embedded store failed; reopening its file");
         if let Ok(mut cause) = self.cause.lock() {
-            *cause = Some(reason(failure));
+            *cause = Some(failure.reason());
         }
         if let Some(old) = slot.take() {
             release(old);
         }
-        let _ = self.reopen(&mut slot);
+        let _ = self.reopen::<E>(&mut slot);
     }
 
-    /// Records how the last write ended (`None`: it landed).
-    pub(super) fn note_write(&self, failure: Option<&StoreError>) {
+    /// Records that a write landed: writes no longer fail.
+    pub fn note_landed(&self) {
         if let Ok(mut f) = self.write_failure.lock() {
-            *f = failure.map(reason);
+            *f = None;
+        }
+    }
+
+    /// Records why a write failed, until one lands.
+    pub fn note_failed(&self, failure: &impl StorageFailure) {
+        if let Ok(mut f) = self.write_failure.lock() {
+            *f = Some(failure.reason());
         }
     }
 
     /// Why writes fail now, if they do.
-    pub(super) fn write_failure(&self) -> Option<String> {
+    pub fn write_failure(&self) -> Option<String> {
         self.write_failure.lock().ok().and_then(|f| f.clone())
     }
 
@@ -143,7 +159,7 @@ impl DbHandle {
     }
 
     /// Opens the file again into `slot` unless it is open or was tried less than a second ago.
-    fn reopen(&self, slot: &mut Option<Arc<Database>>) -> Result<(), StoreError> {
+    fn reopen<E: StorageFailure>(&self, slot: &mut Option<Arc<Database>>) -> Result<(), E> {
         if slot.is_some() {
             return Ok(());
         }
@@ -173,14 +189,6 @@ impl DbHandle {
     }
 }
 
-/// What an error says, without the `store unavailable:` every wrapper adds.
-fn reason(e: &StoreError) -> String {
-    match e {
-        StoreError::Unavailable(why) => why.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// Drops a spent handle once the calls holding it are done (each holds a clone for one call),
 /// so the file lock is free for the reopen. A call that outlives the wait keeps the lock, and
 /// the reopen fails until it is gone. redb's drop may panic on a lock a failed call poisoned;
@@ -204,20 +212,21 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-#[cfg(test)]
-mod tests {
+/// Test support for stores on a full disk (both stores' tests use it; mounting needs root).
+#[doc(hidden)]
+pub mod testing {
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
     use std::process::Command;
-    use std::sync::Arc;
 
-    use crate::store::conformance::event;
-    use crate::store::embedded::EmbeddedStore;
-    use crate::store::{Fence, IngestBatch, Store, UnitId};
-
-    /// A tmpfs of `mib` MiB on `at`, unmounted when dropped (mounting needs root, as CI runs).
-    struct Tmpfs(std::path::PathBuf);
+    /// A tmpfs of a given size on a directory, unmounted (lazily) when dropped.
+    #[derive(Debug)]
+    pub struct Tmpfs(PathBuf);
 
     impl Tmpfs {
-        fn mount(at: &std::path::Path, mib: u64) -> Self {
+        /// Panics with why when the mount is refused (a test that needs it cannot go on).
+        #[allow(clippy::panic)]
+        pub fn mount(at: &Path, mib: u64) -> Self {
             let mounted = Command::new("mount")
                 .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
                 .arg(at)
@@ -237,10 +246,9 @@ mod tests {
         }
     }
 
-    /// Fills the file system under `dir` but `headroom` bytes.
-    fn fill(dir: &std::path::Path, headroom: u64) {
-        use std::io::Write;
-        let mut file = std::fs::File::create(dir.join("filler")).expect("filler");
+    /// Fills the file system under `dir` but `headroom` bytes, with a file `filler`.
+    pub fn fill(dir: &Path, headroom: u64) -> std::io::Result<()> {
+        let mut file = std::fs::File::create(dir.join("filler"))?;
         let block = vec![1u8; 64 << 10];
         let mut written = 0u64;
         while let Ok(n) = file.write(&block) {
@@ -250,84 +258,5 @@ mod tests {
             written += n as u64;
         }
         file.set_len(written.saturating_sub(headroom))
-            .expect("room made");
-    }
-
-    async fn write_one(
-        store: &EmbeddedStore,
-        unit: &UnitId,
-        fence: Fence,
-        n: i64,
-    ) -> Result<(), String> {
-        let mut e = event("t-full", "x.created");
-        e.payload = vec![b'x'; 32 << 10];
-        let batch = IngestBatch {
-            events: vec![e],
-            next_offset: Some(n + 1),
-            ..Default::default()
-        };
-        store
-            .write_batch(unit, fence, Arc::new(batch))
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Issue 19's full disk, R-IN-7: a write that finds no space fails whole and says why; the
-    /// store keeps saying so (for readiness) while the disk is full; once space is freed the
-    /// store reopens its file by itself, keeps every write it acknowledged, and takes new ones.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn r_in_7_a_full_disk_fails_writes_whole_and_the_store_resumes_when_space_is_freed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let _tmpfs = Tmpfs::mount(dir.path(), 16);
-        let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
-        let unit = UnitId::new("lerian.streaming.full", 0);
-        let (fence, _) = store.claim_unit(&unit).await.expect("claim");
-        write_one(&store, &unit, fence, 0)
-            .await
-            .expect("room at first");
-        fill(dir.path(), 256 << 10);
-
-        let mut acknowledged = 1;
-        let failure = loop {
-            match write_one(&store, &unit, fence, acknowledged).await {
-                Ok(()) => acknowledged += 1,
-                Err(e) => break e,
-            }
-            assert!(acknowledged < 1000, "the disk never filled");
-        };
-        assert!(failure.contains("No space left"), "says why: {failure}");
-        let reported = store
-            .write_failure()
-            .expect("the failure is kept for readiness");
-        assert!(reported.contains("No space left"), "{reported}");
-        assert!(
-            write_one(&store, &unit, fence, acknowledged).await.is_err(),
-            "still full, still refused"
-        );
-
-        std::fs::remove_file(dir.path().join("filler")).expect("space freed");
-        let mut resumed = false;
-        for _ in 0..50 {
-            if write_one(&store, &unit, fence, acknowledged).await.is_ok() {
-                resumed = true;
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-        assert!(resumed, "writes resume once space is freed");
-        assert_eq!(store.write_failure(), None, "and readiness is clear again");
-        let stored = store.read_events("t-full", 0, 1000).await.expect("read");
-        let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
-        let expected: Vec<u64> = (1..=acknowledged as u64 + 1).collect();
-        assert_eq!(
-            seqs, expected,
-            "every acknowledged write kept, nothing half-written"
-        );
-        assert_eq!(
-            store.unit_offset(&unit).await.expect("offset"),
-            Some(acknowledged + 1),
-            "the position is the last durable one"
-        );
     }
 }
