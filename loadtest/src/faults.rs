@@ -380,15 +380,44 @@ fn services(verb: &str, service: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the hub's `/ready` answers 503 naming `component` (it says why it is stuck).
+async fn ready_says_down(hub_url: &str, component: &str) -> bool {
+    let Ok(answer) = reqwest::get(format!("{hub_url}/ready")).await else {
+        return false;
+    };
+    let status = answer.status().as_u16();
+    let body: serde_json::Value = answer.json().await.unwrap_or_default();
+    status == 503
+        && body["down"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|c| c == component))
+}
+
 /// One outage of `service` for `seconds`, a third of the way into the deliveries; the engine is
-/// left alone and must resume by itself.
-async fn outage(ctx: &Ctx<'_>, service: &str, seconds: u64) -> anyhow::Result<Vec<Injection>> {
+/// left alone and must resume by itself. While Cassandra is down `/ready` must say the store is
+/// (read on every check); Kafka's state is noted (its check runs every 5 s in the consumer).
+async fn outage(
+    ctx: &Ctx<'_>,
+    hub_url: &str,
+    service: &str,
+    seconds: u64,
+) -> anyhow::Result<Vec<Injection>> {
     ctx.wait_for_share((1, 3), "the outage's moment").await?;
     let (delivered_at, committed_at) = (ctx.delivered(), ctx.follower.committed());
     let at_s = ctx.t0.elapsed().as_secs_f64();
     eprintln!("[faults] stopping {service} at {at_s:.1} s for {seconds} s");
     services("down", service)?;
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let component = if service == "cassandra" {
+        "store"
+    } else {
+        "kafka"
+    };
+    let down = Instant::now();
+    let mut said_down = false;
+    while down.elapsed() < Duration::from_secs(seconds) {
+        said_down |= ready_says_down(hub_url, component).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     let during = ctx.delivered() - delivered_at;
     services("up", service)?;
     let up = Instant::now();
@@ -410,9 +439,12 @@ async fn outage(ctx: &Ctx<'_>, service: &str, seconds: u64) -> anyhow::Result<Ve
         delivered_at,
         recovered_after_s: up.elapsed().as_secs_f64(),
         duplicates: 0,
-        note: format!("{during} delivered while {service} was down"),
+        note: format!(
+            "{during} delivered while {service} was down; /ready said {component} was down: {said_down}"
+        ),
         killed_at: None,
-        failed: None,
+        failed: (component == "store" && !said_down)
+            .then(|| "/ready never answered 503 naming the store while Cassandra was down".into()),
     }])
 }
 
@@ -523,7 +555,10 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     let hub = Hub::start(&spec)?;
     let (hub, mut injections) = match fault {
         Fault::Kill9(kills) => kill_nine(&ctx, hub, kills, args.seed).await?,
-        Fault::Outage(service, seconds) => (hub, outage(&ctx, service, seconds).await?),
+        Fault::Outage(service, seconds) => {
+            let injections = outage(&ctx, &hub.url, service, seconds).await?;
+            (hub, injections)
+        }
         Fault::DiskFull(seconds) => {
             let injections = disk_full::disk_full(&ctx, &hub.url, data_dir.path(), seconds).await?;
             (hub, injections)

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{wait_until, Ctx, Injection};
+use super::{ready_says_down, wait_until, Ctx, Injection};
 
 /// A tmpfs mounted on a directory for one run; unmounted when dropped.
 pub struct Tmpfs {
@@ -72,19 +72,6 @@ pub fn fill(data_dir: &Path) -> anyhow::Result<u64> {
     Ok(kept)
 }
 
-/// Whether `/ready` answers 503 naming the store (the hub says why it stopped).
-async fn store_not_ready(url: &str) -> bool {
-    let Ok(answer) = reqwest::get(format!("{url}/ready")).await else {
-        return false;
-    };
-    let status = answer.status().as_u16();
-    let body: serde_json::Value = answer.json().await.unwrap_or_default();
-    status == 503
-        && body["down"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|c| c == "store"))
-}
-
 /// The one injection: the disk was filled before the hub started; wait until `/ready` says the
 /// store is down, hold `seconds`, delete the filler, wait for the hub to move again.
 pub async fn disk_full(
@@ -96,7 +83,7 @@ pub async fn disk_full(
     let said_within = Instant::now();
     let mut said_why = false;
     while !said_why && said_within.elapsed() < Duration::from_secs(60) {
-        said_why = store_not_ready(hub_url).await;
+        said_why = ready_says_down(hub_url, "store").await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (delivered_at, committed_at) = (ctx.delivered(), ctx.follower.committed());
