@@ -35,7 +35,12 @@ impl RabbitTarget {
             return Err("a rabbitmq endpoint has no fragment".into());
         }
         let host = match url.host() {
-            Some(url::Host::Domain(d)) if !d.is_empty() => d.to_owned(),
+            // amqp is not a scheme the URL standard knows, so its host comes back opaque
+            // (percent-encoded, anything goes): only a DNS name can be connected to.
+            Some(url::Host::Domain(d)) if is_dns_name(d) => d.to_owned(),
+            Some(url::Host::Domain(_)) => {
+                return Err("the host is not a DNS name (letters, digits, '-' and '.')".into())
+            }
             Some(url::Host::Ipv4(ip)) => ip.to_string(),
             Some(url::Host::Ipv6(ip)) => ip.to_string(),
             _ => return Err("endpoint has no host".into()),
@@ -111,6 +116,22 @@ impl RabbitTarget {
     }
 }
 
+/// A host name as DNS has it: dot-separated labels of 1–63 ASCII letters, digits and hyphens
+/// (not at a label's ends), 253 bytes at most; a trailing dot is allowed.
+fn is_dns_name(host: &str) -> bool {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
 fn percent_decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -169,6 +190,10 @@ mod tests {
             "amqp://mq.example/?exchange=x&exchange=y",
             "amqp://mq.example/%zz?exchange=x",
             "amqp:///?exchange=x",
+            // Found by fuzzing: an opaque host the stored form could not pass again.
+            "amqp://%EF%BF%BDq.example/?exchange=x",
+            "amqp://mq_example/?exchange=x",
+            "amqp://-mq.example/?exchange=x",
         ] {
             assert!(RabbitTarget::parse(bad).is_err(), "{bad} must be refused");
         }
