@@ -116,6 +116,10 @@ const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../scenarios/deliver-steady.toml"),
     ),
     (
+        "many-tenants",
+        include_str!("../scenarios/many-tenants.toml"),
+    ),
+    (
         "slow-destination",
         include_str!("../scenarios/slow-destination.toml"),
     ),

@@ -115,10 +115,9 @@ impl HubEvents for PipelineEvents {
             events: vec![event],
             ..IngestBatch::default()
         };
-        let lane = self.routing.as_ref().map(|r| {
-            let lane = r.lane_of(UNIT, 0);
-            r.attach(&mut batch, lane);
-            (r.clone(), lane)
+        let routing = self.routing.as_ref().map(|r| {
+            r.attach(&mut batch, r.lane_of(UNIT, 0));
+            r.clone()
         });
         // A process without delivery lanes (a control process on its own) that can publish
         // leaves the event to the engines that consume the topic: a copy stored here would make
@@ -128,13 +127,14 @@ impl HubEvents for PipelineEvents {
         self.tokio.spawn(async move {
             let unit = UnitId::new(UNIT, 0);
             if let Some(store) = store {
+                let batch = Arc::new(batch);
                 match store
-                    .write_batch(&unit, Fence::UNFENCED, Arc::new(batch))
+                    .write_batch(&unit, Fence::UNFENCED, batch.clone())
                     .await
                 {
-                    Ok(_) => {
-                        if let Some((routing, lane)) = lane {
-                            routing.wake(lane);
+                    Ok(outcome) => {
+                        if let Some(routing) = routing {
+                            routing.written(&batch, &outcome);
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, key, "a hub event was not stored"),

@@ -27,12 +27,20 @@ use super::breaker::{Breaker, BreakerConfig};
 use super::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use super::fairness::{weight_of, Due, Scheduler};
 use super::follow::Subscriptions;
+use super::pacing::Pacing;
+use super::recent::RecentlyLeased;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
 };
 use crate::telemetry::{store_failed, FailedStage};
 use hub_core::partners::PartnerState;
+
+/// How many leased job ids a lane remembers (`RecentlyLeased`): far more than a hand-off can lag.
+const RECENT_LEASES: usize = 4096;
+
+/// How long outcomes wait for a lease step to carry them before a step of their own goes.
+pub const SETTLE_LINGER_MS: u64 = 20;
 
 /// How many rounds of work a lane leases ahead of its workers by default (see `choose`).
 pub const LEASE_AHEAD: u32 = 8;
@@ -54,8 +62,10 @@ pub struct LaneConfig {
     pub held_max: usize,
     /// Most jobs of one tenant per page.
     pub per_tenant: usize,
-    /// How often the store is asked for due jobs when nothing wakes the lane (retries coming due).
+    /// How often the store is paged for due jobs (retries coming due, jobs other writers left).
     pub poll: Duration,
+    /// How long outcomes may wait for a lease step to carry them (`pacing`).
+    pub settle_linger: Duration,
     pub breaker: BreakerConfig,
     pub autodisable: Policy,
 }
@@ -71,6 +81,7 @@ impl Default for LaneConfig {
             held_max: 1024,
             per_tenant: 128,
             poll: Duration::from_millis(200),
+            settle_linger: Duration::from_millis(SETTLE_LINGER_MS),
             breaker: BreakerConfig::default(),
             autodisable: Policy::default(),
         }
@@ -101,8 +112,11 @@ pub struct DeliveryLane {
     /// The control plane: its store (auto-disable writes there) and the hub's event emitter.
     pub control: Arc<Control>,
     pub counters: Arc<DeliveryCounters>,
-    /// Nudged by ingest after a durable batch created jobs.
+    /// Nudged by ingest after a durable batch created jobs the lane must page.
     pub wake: async_channel::Receiver<()>,
+    /// Jobs ingest just wrote durably, handed over in memory (embedded store): held at once,
+    /// without a page.
+    pub handoff: async_channel::Receiver<Vec<JobRecord>>,
     pub stop: Arc<AtomicBool>,
     /// Where this lane reports its delivery lag (ingest back-pressure), as shard `shard`.
     pub backpressure: Arc<super::backpressure::Backpressure>,
@@ -134,6 +148,8 @@ struct StepInFlight {
 enum Woke {
     Step(StepReply),
     Attempt(Option<AttemptDone>),
+    Handed(Vec<JobRecord>),
+    Nudge,
     Timer,
 }
 
@@ -155,6 +171,7 @@ impl DeliveryLane {
             rng: rand::rngs::StdRng::from_entropy(),
             marks: super::marks::Marks::default(),
             lag: super::backpressure::LagWindow::default(),
+            recent: RecentlyLeased::new(RECENT_LEASES),
         };
         let mut attempts: FuturesUnordered<
             std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
@@ -163,6 +180,11 @@ impl DeliveryLane {
         // handing their workers to leased jobs) while it is written.
         let mut step: Option<StepInFlight> = None;
         let mut fetch = true;
+        let mut pacing = Pacing::new(
+            self.config.poll.as_millis() as i64,
+            self.config.settle_linger.as_millis() as i64,
+            crate::clock::now_ms(),
+        );
         let mut backoff = Duration::from_millis(50);
         tracing::debug!(lanes = ?self.config.lanes, workers = self.config.workers, "delivery lane running");
         loop {
@@ -192,12 +214,17 @@ impl DeliveryLane {
                 } else {
                     self.choose(&mut lane)
                 };
-                if !lane.settle.is_empty() || !start.is_empty() {
+                let now = crate::clock::now_ms();
+                pacing.settles_waiting(!lane.settle.is_empty(), now);
+                let most = (self.config.lease_ahead * self.config.workers) as usize;
+                if pacing.write_now(start.len(), lane.settle.len(), most, stopping, now) {
                     step = Some(self.begin_step(&mut lane, start));
+                    pacing.settles_waiting(false, now);
                 }
             }
             self.refill(&mut lane, &mut attempts);
-            // Wait for the step, an attempt, a nudge from ingest, or the poll.
+            // Wait for the step, an attempt, jobs from ingest, a nudge, the page or the linger.
+            let sleep = pacing.sleep_ms(step.is_some(), crate::clock::now_ms());
             let next_done = async {
                 if attempts.is_empty() {
                     futures::future::pending::<Option<AttemptDone>>().await
@@ -214,12 +241,31 @@ impl DeliveryLane {
             let nudge = async {
                 let _ = self.wake.recv().await;
             };
-            let poll = shard_sleep(self.config.poll);
-            futures::pin_mut!(next_done, step_done, nudge, poll);
-            let event = match select(step_done, select(next_done, select(nudge, poll))).await {
+            let handed = async {
+                match self.handoff.recv().await {
+                    Ok(jobs) => jobs,
+                    Err(_) => futures::future::pending().await,
+                }
+            };
+            let timer = shard_sleep(Duration::from_millis(sleep as u64));
+            futures::pin_mut!(next_done, step_done, nudge, handed, timer);
+            let event = match select(
+                step_done,
+                select(next_done, select(handed, select(nudge, timer))),
+            )
+            .await
+            {
                 Either::Left((written, _)) => Woke::Step(written),
                 Either::Right((Either::Left((done, _)), _)) => Woke::Attempt(done),
-                Either::Right((Either::Right(_), _)) => Woke::Timer,
+                Either::Right((Either::Right((Either::Left((jobs, _)), _)), _)) => {
+                    Woke::Handed(jobs)
+                }
+                Either::Right((Either::Right((Either::Right((Either::Left(_), _)), _)), _)) => {
+                    Woke::Nudge
+                }
+                Either::Right((Either::Right((Either::Right((Either::Right(_), _)), _)), _)) => {
+                    Woke::Timer
+                }
             };
             match event {
                 Woke::Step(written) => {
@@ -237,7 +283,14 @@ impl DeliveryLane {
                 }
                 Woke::Attempt(Some(d)) => self.finished(&mut lane, d),
                 Woke::Attempt(None) => {}
-                Woke::Timer => fetch = true,
+                Woke::Handed(jobs) => fetch |= !self.take_handed(&mut lane, jobs),
+                Woke::Nudge => fetch = true,
+                // The linger's end needs nothing here: the next round writes the outcomes.
+                Woke::Timer => {}
+            }
+            fetch |= pacing.page_due(crate::clock::now_ms());
+            while let Ok(jobs) = self.handoff.try_recv() {
+                fetch |= !self.take_handed(&mut lane, jobs);
             }
             // Collect every other attempt already finished, to settle them in one step; leased
             // jobs waiting in `ready` take the freed workers at once, without a store round trip.
@@ -321,31 +374,58 @@ impl DeliveryLane {
             tracing::debug!(jobs = jobs.len(), "paged due jobs");
         }
         for job in jobs {
-            let sub = self.subs.get(&job.tenant, job.subscription);
-            let destination = sub
-                .as_ref()
-                .and_then(|s| s.endpoint.clone())
-                .unwrap_or_default();
-            let holding = lane
-                .held_per_destination
-                .entry(destination.clone())
-                .or_default();
-            if *holding >= super::fairness::holding_cap(self.config.held_max) {
-                continue;
-            }
-            *holding += 1;
-            let weight = weight_of(sub.as_ref().and_then(|s| s.plan_tier.as_deref()));
-            lane.scheduler.push(
-                &job.tenant,
-                weight,
-                Due {
-                    job: job.id,
-                    destination,
-                },
-            );
-            lane.held.insert(job.id, job);
+            self.hold(lane, job);
         }
         Ok(full)
+    }
+
+    /// Holds jobs ingest handed over; false when some were left to the store (no room, or their
+    /// destination's share of held memory is full), so a page must fetch them later.
+    fn take_handed(&self, lane: &mut LaneState, jobs: Vec<JobRecord>) -> bool {
+        let mut all = true;
+        for job in jobs {
+            if lane.held.len() >= self.config.held_max {
+                return false;
+            }
+            // Already paged from the store (and perhaps leased) before the hand-off came.
+            if lane.recent.contains(job.id) {
+                continue;
+            }
+            all &= self.hold(lane, job);
+        }
+        all
+    }
+
+    /// Gives a due job to the scheduler, unless it is held or running already; false when its
+    /// destination already holds its share of memory (the job stays in the store).
+    fn hold(&self, lane: &mut LaneState, job: JobRecord) -> bool {
+        if lane.held.contains_key(&job.id) || lane.in_flight.contains_key(&job.id) {
+            return true;
+        }
+        let sub = self.subs.get(&job.tenant, job.subscription);
+        let destination = sub
+            .as_ref()
+            .and_then(|s| s.endpoint.clone())
+            .unwrap_or_default();
+        let holding = lane
+            .held_per_destination
+            .entry(destination.clone())
+            .or_default();
+        if *holding >= super::fairness::holding_cap(self.config.held_max) {
+            return false;
+        }
+        *holding += 1;
+        let weight = weight_of(sub.as_ref().and_then(|s| s.plan_tier.as_deref()));
+        lane.scheduler.push(
+            &job.tenant,
+            weight,
+            Due {
+                job: job.id,
+                destination,
+            },
+        );
+        lane.held.insert(job.id, job);
+        true
     }
 
     /// Takes jobs for free workers and one round ahead; returns the ones to lease (the rest are
@@ -491,6 +571,9 @@ impl DeliveryLane {
                 );
                 lane.release(*id);
             }
+        }
+        for started in &outcome.started {
+            lane.recent.leased(started.job.id);
         }
         lane.ready.extend(outcome.started);
         Ok(())
@@ -740,6 +823,8 @@ struct LaneState {
     marks: super::marks::Marks,
     /// This window's start lags, for ingest back-pressure.
     lag: super::backpressure::LagWindow,
+    /// Jobs leased lately: a hand-off that comes after the job was paged is passed over.
+    recent: RecentlyLeased,
 }
 
 impl LaneState {

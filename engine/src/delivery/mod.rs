@@ -14,6 +14,8 @@
 //!   `last_failure_at` (R-CP-2).
 //! - `autodisable`: the failure streak and its two-gate verdict (R-DI-10).
 //! - `backpressure`: the gate that holds ingest back while delivery is behind its bound.
+//! - `pacing`: when a lane writes its next store step (outcomes linger for a lease) and pages.
+//! - `recent`: the jobs a lane leased lately, so a late hand-off from ingest is not taken twice.
 //! - `pull`: a pull subscription's page of the tenant log, from `after` or from its shared
 //!   read position (R-CP-14, R-DI-11).
 //! - `signature`: webhook signatures, ours and Standard Webhooks, dual during rotation (R-DI-12).
@@ -28,7 +30,9 @@ pub mod hub_events;
 pub mod lane;
 pub mod marks;
 pub mod matching;
+pub mod pacing;
 pub mod pull;
+pub mod recent;
 pub mod retry;
 pub mod start;
 pub use hub_core::sink::webhook::signature;

@@ -1,5 +1,5 @@
 //! Starting delivery in an engine: the follower of the control plane's revision log (on tokio),
-//! one wake-up channel and one lane per shard, and the routing ingest uses to write jobs.
+//! one wake-up channel, one hand-off channel and one lane per shard, and the routing ingest uses to write jobs.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -12,9 +12,9 @@ use super::backpressure::Backpressure;
 use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use crate::config::{HubConfig, StoreKind};
-use crate::ingest::jobs::JobRouting;
+use crate::ingest::jobs::{JobRouting, HANDOFF_QUEUE};
 use crate::runtime::TokioBridge;
-use crate::store::{Lane, Store};
+use crate::store::{JobRecord, Lane, Store};
 
 /// Most lanes a store may hold; a shard pages every lane `l` with `l % shards == shard`.
 pub const MAX_LANES: Lane = 64;
@@ -33,6 +33,7 @@ pub struct Delivery {
     pub routing: Option<JobRouting>,
     pub counters: Arc<DeliveryCounters>,
     wakes: Vec<async_channel::Receiver<()>>,
+    handoffs: Vec<async_channel::Receiver<Vec<JobRecord>>>,
     shards: usize,
     control: Arc<Control>,
     lane: LaneConfig,
@@ -92,13 +93,21 @@ impl Delivery {
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(1))
             .unzip();
+        let (handing, handoffs): (Vec<_>, Vec<_>) = (0..shards.max(1))
+            .map(|_| async_channel::bounded(HANDOFF_QUEUE))
+            .unzip();
         Ok(Self {
             routing: Some(JobRouting {
                 subs,
                 wakes: senders,
+                handoffs: handing,
+                // One process holds the embedded store, so the shard that writes a job is the
+                // only one that delivers it; on CQL another engine may hold the lane.
+                in_memory: matches!(config.store, StoreKind::Embedded),
             }),
             counters,
             wakes,
+            handoffs,
             shards,
             control: control.clone(),
             lane,
@@ -132,8 +141,9 @@ impl Delivery {
         let shards = self.wakes.len() as Lane;
         self.wakes
             .iter()
+            .zip(&self.handoffs)
             .enumerate()
-            .map(|(i, wake)| {
+            .map(|(i, (wake, handoff))| {
                 let lanes = (0..MAX_LANES).filter(|l| l % shards == i as Lane).collect();
                 Some(ShardLane {
                     lane: DeliveryLane {
@@ -149,6 +159,7 @@ impl Delivery {
                         control: self.control.clone(),
                         counters: self.counters.clone(),
                         wake: wake.clone(),
+                        handoff: handoff.clone(),
                         stop: self.stop.clone(),
                         backpressure: self.backpressure.clone(),
                         shard: i,

@@ -148,8 +148,8 @@ async fn judge_and_store(
             if let Some(observer) = &state.observer {
                 observer.observe(&distinct_keys(&batch.events));
             }
-            if let (Some(r), false) = (&state.routing, batch.matches.is_empty()) {
-                r.wake(batch.lane);
+            if let Some(r) = &state.routing {
+                r.written(&batch, &o);
             }
             o
         }

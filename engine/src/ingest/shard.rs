@@ -112,8 +112,8 @@ impl ShardIngest {
                     if let Some(o) = &self.observer {
                         o.observe(&distinct_keys(&batch.events));
                     }
-                    if let (Some(r), false) = (&self.routing, batch.matches.is_empty()) {
-                        r.wake(batch.lane);
+                    if let Some(r) = &self.routing {
+                        r.written(&batch, &outcome);
                     }
                     if let Some(next) = batch.next_offset {
                         // The receiver lives as long as the consumer thread; if it is gone the

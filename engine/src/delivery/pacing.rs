@@ -1,0 +1,138 @@
+//! When a lane writes its next store step and when it pages the store, as pure decisions over
+//! `now` (ms).
+//!
+//! Each step is one fsynced transaction, and at low rates the commit, not the work in it, is
+//! what a delivery costs. Outcomes therefore wait a little (`linger`) for the next lease to
+//! carry them, while leases never wait: a job starts as soon as a worker is free. Waiting
+//! outcomes only widen the window in which a crash repeats an attempt already made, and that
+//! window stays within the jobs the lane holds leased.
+//!
+//! The page is a deadline, not a sleep restarted on every wake-up: a lane busy with attempts
+//! still pages retries coming due every `poll`.
+
+/// A lane's timing.
+#[derive(Debug, Clone)]
+pub struct Pacing {
+    poll_ms: i64,
+    linger_ms: i64,
+    next_page_at: i64,
+    /// When the oldest outcome not yet sent to the store was queued.
+    settles_since: Option<i64>,
+}
+
+impl Pacing {
+    pub fn new(poll_ms: i64, linger_ms: i64, now: i64) -> Self {
+        Self {
+            poll_ms: poll_ms.max(1),
+            linger_ms: linger_ms.max(0),
+            next_page_at: now,
+            settles_since: None,
+        }
+    }
+
+    /// Outcomes are waiting (`any`); the first one starts the linger.
+    pub fn settles_waiting(&mut self, any: bool, now: i64) {
+        match (any, self.settles_since) {
+            (false, _) => self.settles_since = None,
+            (true, None) => self.settles_since = Some(now),
+            (true, Some(_)) => {}
+        }
+    }
+
+    /// Whether to write a step now: leases always; outcomes when there are `max` of them, when
+    /// the lane stops, or once the oldest waited `linger`.
+    pub fn write_now(
+        &self,
+        leases: usize,
+        settles: usize,
+        max: usize,
+        stopping: bool,
+        now: i64,
+    ) -> bool {
+        if leases > 0 {
+            return true;
+        }
+        if settles == 0 {
+            return false;
+        }
+        stopping
+            || settles >= max
+            || self
+                .settles_since
+                .is_none_or(|since| now - since >= self.linger_ms)
+    }
+
+    /// Whether the store is due a page (retries coming due, jobs other writers left); re-arms.
+    pub fn page_due(&mut self, now: i64) -> bool {
+        if now < self.next_page_at {
+            return false;
+        }
+        self.next_page_at = now + self.poll_ms;
+        true
+    }
+
+    /// How long the lane may sleep when nothing else wakes it: to the next page, or to the end
+    /// of the outcomes' linger when no step is being written.
+    pub fn sleep_ms(&self, step_in_flight: bool, now: i64) -> i64 {
+        let page = self.next_page_at - now;
+        let settle = match (step_in_flight, self.settles_since) {
+            (false, Some(since)) => since + self.linger_ms - now,
+            _ => i64::MAX,
+        };
+        page.min(settle).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_di_2_leases_go_at_once_and_outcomes_wait_for_a_lease_or_the_linger() {
+        let mut p = Pacing::new(200, 20, 0);
+        assert!(p.write_now(1, 0, 64, false, 0), "a lease never waits");
+        assert!(!p.write_now(0, 0, 64, false, 0), "nothing to write");
+        p.settles_waiting(true, 100);
+        p.settles_waiting(true, 110); // a later outcome keeps the first one's start
+        assert!(!p.write_now(0, 3, 64, false, 110));
+        assert!(
+            p.write_now(2, 3, 64, false, 110),
+            "a lease carries the outcomes"
+        );
+        assert!(p.write_now(0, 3, 64, false, 120), "the linger is over");
+        assert!(
+            p.write_now(0, 64, 64, false, 101),
+            "a full step goes at once"
+        );
+        assert!(
+            p.write_now(0, 1, 64, true, 101),
+            "a stopping lane writes what it has"
+        );
+        p.settles_waiting(false, 120);
+        assert!(!p.write_now(0, 0, 64, false, 500));
+    }
+
+    #[test]
+    fn r_di_6_a_busy_lane_still_pages_retries_every_poll() {
+        let mut p = Pacing::new(200, 20, 1_000);
+        assert!(p.page_due(1_000), "pages at once when it starts");
+        // Wake-ups at every millisecond (attempts finishing) do not push the page back.
+        let pages = (1_001..=1_600).filter(|now| p.page_due(*now)).count();
+        assert_eq!(pages, 3, "at 1200, 1400 and 1600");
+    }
+
+    #[test]
+    fn r_di_2_the_lane_sleeps_to_the_next_page_or_the_end_of_the_linger() {
+        let mut p = Pacing::new(200, 20, 0);
+        assert!(p.page_due(0));
+        assert_eq!(p.sleep_ms(false, 50), 150);
+        p.settles_waiting(true, 50);
+        assert_eq!(p.sleep_ms(false, 55), 15);
+        assert_eq!(
+            p.sleep_ms(true, 55),
+            145,
+            "a step in flight will carry them"
+        );
+        assert_eq!(p.sleep_ms(false, 90), 1, "never a busy loop");
+    }
+}
