@@ -1,13 +1,19 @@
 //! The embedded store's batch write: one partition's batch of new events over many tenants, as
 //! ingest hands it over (dedup marks, seqs, inbox rows, offset, one fsynced transaction).
 //! Timed per batch; throughput in events.
+//!
+//! And an event's whole life in the store at a low rate (issue 17), where every store call is
+//! its own transaction: the event written with one job, the job leased, its outcome recorded —
+//! three commits per event, the pattern a cheaper store must beat.
 
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use hub_engine::store::conformance::event;
 use hub_engine::store::embedded::EmbeddedStore;
-use hub_engine::store::{IngestBatch, Store, UnitId};
+use hub_engine::store::{
+    job_id, AttemptRecord, DeliveryStep, IngestBatch, Matches, Settled, Settlement, Store, UnitId,
+};
 
 const TENANTS: usize = 100;
 
@@ -61,9 +67,71 @@ fn embedded_write(c: &mut Criterion) {
     group.finish();
 }
 
+/// One event through the store alone: write (with one job), lease, settle delivered.
+fn delivery_life(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
+    let unit = UnitId::new("lerian.streaming.bench", 0);
+    let (fence, _) = rt.block_on(store.claim_unit(&unit)).expect("claim");
+    let sub = uuid::Uuid::now_v7();
+    let mut next = 0;
+    let mut group = c.benchmark_group("embedded_store");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("one_event_written_leased_and_settled", |b| {
+        b.iter(|| {
+            next += 1;
+            let mut batch = batch(1, next);
+            batch.matches = vec![Matches(vec![sub])];
+            let job = job_id(batch.events[0].id, sub);
+            let now = batch.events[0].received_at_ms;
+            rt.block_on(async {
+                store
+                    .write_batch(&unit, fence, Arc::new(batch))
+                    .await
+                    .expect("write");
+                let step = |settle, start| DeliveryStep {
+                    settle,
+                    start,
+                    lease_until_ms: now + 120_000,
+                    now_ms: now,
+                    recovery_limit: 5,
+                };
+                store
+                    .delivery_step(step(vec![], vec![job]))
+                    .await
+                    .expect("lease");
+                let delivered = Settled::Delivered(AttemptRecord {
+                    at_ms: now,
+                    success: true,
+                    error_class: None,
+                    status_code: Some(204),
+                    detail: String::new(),
+                    duration_ms: 1,
+                });
+                store
+                    .delivery_step(step(
+                        vec![Settlement {
+                            job,
+                            settled: delivered,
+                        }],
+                        vec![],
+                    ))
+                    .await
+                    .expect("settle");
+            })
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = embedded_write
+    targets = embedded_write, delivery_life
 }
 criterion_main!(benches);
