@@ -12,7 +12,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use hub_engine::store::conformance::event;
 use hub_engine::store::embedded::EmbeddedStore;
 use hub_engine::store::{
-    job_id, AttemptRecord, DeliveryStep, IngestBatch, Matches, Settled, Settlement, Store, UnitId,
+    job_id, AttemptRecord, DeliveryStep, Fence, IngestBatch, Matches, Settled, Settlement, Store,
+    UnitId,
 };
 
 const TENANTS: usize = 100;
@@ -33,7 +34,15 @@ fn batch(size: usize, next: i64) -> IngestBatch {
     }
 }
 
-fn embedded_write(c: &mut Criterion) {
+/// A runtime, a fresh store in a temporary directory (kept alive by the caller) and a claimed
+/// unit to write to.
+fn claimed_store() -> (
+    tokio::runtime::Runtime,
+    tempfile::TempDir,
+    EmbeddedStore,
+    UnitId,
+    Fence,
+) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,6 +52,11 @@ fn embedded_write(c: &mut Criterion) {
     let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
     let unit = UnitId::new("lerian.streaming.bench", 0);
     let (fence, _) = rt.block_on(store.claim_unit(&unit)).expect("claim");
+    (rt, dir, store, unit, fence)
+}
+
+fn embedded_write(c: &mut Criterion) {
+    let (rt, _dir, store, unit, fence) = claimed_store();
     let mut group = c.benchmark_group("embedded_store");
     for size in [100usize, 1000] {
         group.throughput(Throughput::Elements(size as u64));
@@ -69,15 +83,7 @@ fn embedded_write(c: &mut Criterion) {
 
 /// One event through the store alone: write (with one job), lease, settle delivered.
 fn delivery_life(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
-    let unit = UnitId::new("lerian.streaming.bench", 0);
-    let (fence, _) = rt.block_on(store.claim_unit(&unit)).expect("claim");
+    let (rt, _dir, store, unit, fence) = claimed_store();
     let sub = uuid::Uuid::now_v7();
     let mut next = 0;
     let mut group = c.benchmark_group("embedded_store");

@@ -1,5 +1,6 @@
 //! Starting delivery in an engine: the follower of the control plane's revision log (on tokio),
-//! one wake-up channel, one hand-off channel and one lane per shard, and the routing ingest uses to write jobs.
+//! one wake-up channel, one hand-off channel and one lane per shard, and the routing ingest uses
+//! to write jobs.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
