@@ -29,6 +29,8 @@ pub struct ApiState {
     pub delivery: Arc<crate::delivery::lane::DeliveryCounters>,
     /// What `/ready`, `/health` and `hub_component_up` report (R-OP-4).
     pub readiness: crate::readiness::Readiness,
+    /// The delivery lanes this engine pages (`/admin/ownership`).
+    pub ownership: Arc<crate::delivery::ownership::Ownership>,
 }
 
 impl ApiState {
@@ -53,6 +55,7 @@ pub fn router(api: Arc<ApiState>, http: Arc<HttpIngest>, operators: Arc<TokenVer
         .route("/admin/quarantine", get(list_quarantine))
         .route("/admin/dlq", get(list_dlq))
         .route("/admin/events", get(list_events))
+        .route("/admin/ownership", get(ownership))
         .route_layer(axum::middleware::from_fn_with_state(
             operators,
             require_admin,
@@ -134,6 +137,35 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
             .collect(),
     }
     .render()
+}
+
+/// The lanes this engine pages — the partitions the consumer group assigned it, strays it
+/// adopted — with who holds each in the store and how many jobs wait there (issue 18).
+async fn ownership(State(api): State<Arc<ApiState>>) -> Answer {
+    let (generation, lanes) = api.ownership.snapshot();
+    let asked = lanes.iter().map(|l| l.lane).collect();
+    let reports = tokio::time::timeout(Duration::from_secs(2), api.store.lane_report(asked))
+        .await
+        .map_err(unavailable)?
+        .map_err(unavailable)?;
+    let lanes: Vec<serde_json::Value> = lanes
+        .iter()
+        .zip(&reports)
+        .map(|(owned, report)| {
+            let mut lane = json!(owned);
+            if let (Some(lane), serde_json::Value::Object(more)) =
+                (lane.as_object_mut(), json!(report))
+            {
+                lane.extend(more);
+            }
+            lane
+        })
+        .collect();
+    Ok(Json(json!({
+        "numbering": api.ownership.numbering(),
+        "assignment_generation": generation,
+        "lanes": lanes,
+    })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -125,6 +125,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     ));
     let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
     delivery.watch_backpressure(&store, &tokio);
+    delivery.survey_strays(&store, &tokio);
     let shards_done = Arc::new(AtomicBool::new(false));
     let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let kafka_state = config
@@ -135,6 +136,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         store: store.clone(),
         counters: all_counters,
         delivery: delivery.counters.clone(),
+        ownership: delivery.ownership.clone(),
         readiness: Readiness {
             store: store.clone(),
             store_state: ComponentState::default(),
@@ -251,6 +253,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             health: kafka_state.unwrap_or_default(),
             drain: settings.drain,
             backpressure: delivery.backpressure.clone(),
+            ownership: delivery.ownership.clone(),
         };
         threads.extend(start_kafka(settings, store.clone(), bridge, work)?);
     } else {

@@ -50,8 +50,6 @@ pub const LEASE_AHEAD: u32 = 8;
 pub struct LaneConfig {
     /// Concurrent attempts of this shard (R-DI-2: 8).
     pub workers: u32,
-    /// The store lanes this shard pages.
-    pub lanes: Vec<Lane>,
     /// How long a started attempt holds its job before another start may recover it.
     pub lease_ms: i64,
     /// Rounds of work (× workers) leased ahead: enough to cover one store step's round trip.
@@ -74,7 +72,6 @@ impl Default for LaneConfig {
     fn default() -> Self {
         Self {
             workers: 8,
-            lanes: vec![0],
             lease_ms: 120_000,
             lease_ahead: LEASE_AHEAD,
             recovery_limit: 5,
@@ -121,6 +118,8 @@ pub struct DeliveryLane {
     /// Where this lane reports its delivery lag (ingest back-pressure), as shard `shard`.
     pub backpressure: Arc<super::backpressure::Backpressure>,
     pub shard: usize,
+    /// Which store lanes this shard pages (they change with the consumer group's assignment).
+    pub ownership: Arc<super::ownership::Ownership>,
 }
 
 /// A job being leased, leased and waiting for a worker, or attempted.
@@ -172,6 +171,7 @@ impl DeliveryLane {
             marks: super::marks::Marks::default(),
             lag: super::backpressure::LagWindow::default(),
             recent: RecentlyLeased::new(RECENT_LEASES),
+            lanes: self.ownership.lanes_of(self.shard),
         };
         let mut attempts: FuturesUnordered<
             std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
@@ -186,7 +186,7 @@ impl DeliveryLane {
             crate::clock::now_ms(),
         );
         let mut backoff = Duration::from_millis(50);
-        tracing::debug!(lanes = ?self.config.lanes, workers = self.config.workers, "delivery lane running");
+        tracing::debug!(lanes = ?lane.lanes, workers = self.config.workers, "delivery lane running");
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
             if stopping
@@ -288,7 +288,10 @@ impl DeliveryLane {
                 // The linger's end needs nothing here: the next round writes the outcomes.
                 Woke::Timer => {}
             }
-            fetch |= pacing.page_due(crate::clock::now_ms());
+            if pacing.page_due(crate::clock::now_ms()) {
+                fetch = true;
+                self.follow_ownership(&mut lane).await;
+            }
             while let Ok(jobs) = self.handoff.try_recv() {
                 fetch |= !self.take_handed(&mut lane, jobs);
             }
@@ -302,7 +305,7 @@ impl DeliveryLane {
         }
         // A clean stop leaves no lease behind: let the lanes go, so the next holder need not
         // wait for the hold to lapse.
-        let (store, lanes) = (self.store.clone(), self.config.lanes.clone());
+        let (store, lanes) = (self.store.clone(), lane.lanes.clone());
         if let Ok(Err(e)) = self
             .bridge
             .call(async move { store.release_lanes(lanes).await })
@@ -342,6 +345,44 @@ impl DeliveryLane {
         }
     }
 
+    /// Takes up the lanes this shard now owns and gives up those it no longer does: leased jobs
+    /// of a lane given up that no worker has started are left to its next holder (they count a
+    /// recovery there), then the hold goes, so the new owner need not wait for it to lapse.
+    /// Attempts already running finish and settle here.
+    async fn follow_ownership(&self, lane: &mut LaneState) {
+        let now = self.ownership.lanes_of(self.shard);
+        if now == lane.lanes {
+            return;
+        }
+        let gone: Vec<Lane> = lane
+            .lanes
+            .iter()
+            .copied()
+            .filter(|l| !now.contains(l))
+            .collect();
+        tracing::info!(shard = self.shard, lanes = ?now, gone = ?gone, "delivery lanes changed");
+        lane.lanes = now;
+        if gone.is_empty() {
+            return;
+        }
+        let (left, kept): (Vec<Started>, Vec<Started>) = lane
+            .ready
+            .drain(..)
+            .partition(|s| gone.contains(&s.job.lane));
+        lane.ready.extend(kept);
+        for s in left {
+            lane.release(s.job.id);
+        }
+        let store = self.store.clone();
+        if let Ok(Err(e)) = self
+            .bridge
+            .call(async move { store.release_lanes(gone).await })
+            .await
+        {
+            tracing::warn!(error = %e, "could not let go of delivery lanes");
+        }
+    }
+
     /// Pages due jobs into the scheduler; true when the page was full.
     async fn fetch(&self, lane: &mut LaneState) -> Result<bool, StoreError> {
         let room = self.config.held_max.saturating_sub(lane.held.len());
@@ -353,7 +394,7 @@ impl DeliveryLane {
             .collect();
         let (store, lanes, per_tenant) = (
             self.store.clone(),
-            self.config.lanes.clone(),
+            lane.lanes.clone(),
             self.config.per_tenant,
         );
         lane.rotation = lane.rotation.wrapping_add(1);
@@ -551,18 +592,23 @@ impl DeliveryLane {
             self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
             lane.release(*id);
         }
+        for id in &outcome.not_held {
+            lane.release(*id);
+        }
         for (tenant, id, streak) in outcome.streaks {
             self.check_autodisable(tenant, id, streak, step.now);
         }
         // A job asked for and neither started nor poisoned (the store no longer had it) must not
         // stay in flight: it would be skipped by every page and hold its destination's share.
         // Every job is answered in the usual step: the set is built only when one is missing.
-        if outcome.started.len() + outcome.poisoned.len() < step.start.len() {
+        let answered = outcome.started.len() + outcome.poisoned.len() + outcome.not_held.len();
+        if answered < step.start.len() {
             let answered: HashSet<u128> = outcome
                 .started
                 .iter()
                 .map(|s| s.job.id)
                 .chain(outcome.poisoned.iter().copied())
+                .chain(outcome.not_held.iter().copied())
                 .collect();
             for id in step.start.iter().filter(|id| !answered.contains(id)) {
                 tracing::warn!(
@@ -825,11 +871,11 @@ struct LaneState {
     lag: super::backpressure::LagWindow,
     /// Jobs leased lately: a hand-off that comes after the job was paged is passed over.
     recent: RecentlyLeased,
+    /// The store lanes this shard pages now (`DeliveryLane::follow_ownership`).
+    lanes: Vec<Lane>,
 }
 
 impl LaneState {
-    /// Forgets a job that will not start now (its lease was refused or not recorded): the store
-    /// still has it and a later page brings it back.
     /// The first leased job whose destination runs fewer than half the workers (R-DI-3).
     fn next_ready(&mut self, workers: u32) -> Option<Started> {
         let cap = super::fairness::running_cap(workers);
@@ -847,6 +893,8 @@ impl LaneState {
         Some(s)
     }
 
+    /// Forgets a job that will not start now (its lease was refused or not recorded): the store
+    /// still has it and a later page brings it back.
     fn release(&mut self, id: u128) {
         if let Some(f) = self.in_flight.remove(&id) {
             self.scheduler.done(&f.destination);

@@ -12,13 +12,11 @@ use super::autodisable::Policy;
 use super::backpressure::Backpressure;
 use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
+use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
 use crate::ingest::jobs::{JobRouting, HANDOFF_QUEUE};
 use crate::runtime::TokioBridge;
-use crate::store::{JobRecord, Lane, Store};
-
-/// Most lanes a store may hold; a shard pages every lane `l` with `l % shards == shard`.
-pub const MAX_LANES: Lane = 64;
+use crate::store::{JobRecord, Store};
 
 /// A shard's lane and the routing its ingest stage writes jobs with.
 #[derive(Debug)]
@@ -41,6 +39,8 @@ pub struct Delivery {
     stop: Arc<AtomicBool>,
     /// The gate lanes report their lag to and ingest reads.
     pub backpressure: Arc<Backpressure>,
+    /// Which lanes each shard pages (the Kafka consumer publishes its assignment there).
+    pub ownership: Arc<Ownership>,
 }
 
 impl Delivery {
@@ -97,9 +97,17 @@ impl Delivery {
         let (handing, handoffs): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(HANDOFF_QUEUE))
             .unzip();
+        // Engines on one CQL keyspace share delivery as the consumer group shares partitions;
+        // without a group (one process, or HTTP ingest alone) a lane is a shard.
+        let numbering = match (&config.store, &config.kafka_brokers) {
+            (StoreKind::Cql, Some(_)) => Numbering::ByPartition,
+            _ => Numbering::ByShard,
+        };
+        let ownership = Arc::new(Ownership::new(numbering, shards));
         Ok(Self {
             routing: Some(JobRouting {
                 subs,
+                ownership: ownership.clone(),
                 wakes: senders,
                 handoffs: handing,
                 // One process holds the embedded store, so the shard that writes a job is the
@@ -114,7 +122,19 @@ impl Delivery {
             lane,
             stop,
             backpressure,
+            ownership,
         })
+    }
+
+    /// Starts the survey of stray lanes when lanes are partitions (`ownership`).
+    pub fn survey_strays(&self, store: &Arc<dyn Store>, tokio: &tokio::runtime::Runtime) {
+        if self.routing.is_some() && self.ownership.numbering() == Numbering::ByPartition {
+            tokio.spawn(super::strays::survey(
+                self.ownership.clone(),
+                store.clone(),
+                self.stop.clone(),
+            ));
+        }
     }
 
     /// Starts the back-pressure watcher when a bound is on.
@@ -139,19 +159,15 @@ impl Delivery {
         let Some(routing) = &self.routing else {
             return (0..self.shards.max(1)).map(|_| None).collect();
         };
-        let shards = self.wakes.len() as Lane;
         self.wakes
             .iter()
             .zip(&self.handoffs)
             .enumerate()
             .map(|(i, (wake, handoff))| {
-                let lanes = (0..MAX_LANES).filter(|l| l % shards == i as Lane).collect();
                 Some(ShardLane {
                     lane: DeliveryLane {
-                        config: LaneConfig {
-                            lanes,
-                            ..self.lane.clone()
-                        },
+                        config: self.lane.clone(),
+                        ownership: self.ownership.clone(),
                         store: store.clone(),
                         bridge: bridge.clone(),
                         subs: routing.subs.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::delivery::follow::Subscriptions;
 use crate::delivery::matching::EventFacts;
-use crate::ingest::router::shard_for;
+use crate::delivery::ownership::Ownership;
 use crate::store::{BatchOutcome, IngestBatch, JobRecord, Lane, Matches};
 
 /// How many handed-off batches may wait for a lane; past that the lane is nudged instead and
@@ -19,7 +19,9 @@ pub const HANDOFF_QUEUE: usize = 256;
 #[derive(Debug, Clone)]
 pub struct JobRouting {
     pub subs: Arc<Subscriptions>,
-    /// One per shard (lane `l` belongs to shard `l % wakes.len()`).
+    /// How jobs are numbered into lanes and which shard pages each.
+    pub ownership: Arc<Ownership>,
+    /// One per shard.
     pub wakes: Vec<async_channel::Sender<()>>,
     /// One per shard, beside `wakes`: jobs just written, for lanes that may take them in memory.
     pub handoffs: Vec<async_channel::Sender<Vec<JobRecord>>>,
@@ -29,9 +31,9 @@ pub struct JobRouting {
 }
 
 impl JobRouting {
-    /// The lane of a unit's jobs: the shard that owns the unit.
+    /// The lane of a unit's jobs (`Ownership::lane_of`).
     pub fn lane_of(&self, topic: &str, partition: i32) -> Lane {
-        shard_for(topic, partition, self.wakes.len().max(1)) as Lane
+        self.ownership.lane_of(topic, partition)
     }
 
     /// Matches every event of `batch` against the current index and names the lane.
@@ -66,8 +68,7 @@ impl JobRouting {
             if jobs.is_empty() {
                 return;
             }
-            let shard = batch.lane as usize % self.handoffs.len().max(1);
-            if let Some(h) = self.handoffs.get(shard) {
+            if let Some(h) = self.handoffs.get(self.ownership.shard_of(batch.lane)) {
                 if h.try_send(jobs).is_ok() {
                     return;
                 }
@@ -78,7 +79,7 @@ impl JobRouting {
 
     /// Tells the lane that jobs were written (a full channel already carries a nudge).
     pub fn wake(&self, lane: Lane) {
-        if let Some(w) = self.wakes.get(lane as usize % self.wakes.len().max(1)) {
+        if let Some(w) = self.wakes.get(self.ownership.shard_of(lane)) {
             let _ = w.try_send(());
         }
     }

@@ -171,6 +171,8 @@ pub struct ConsumerWork {
     pub drain: Duration,
     /// Closed while delivery is behind its bound: every assigned partition is paused.
     pub backpressure: Arc<Backpressure>,
+    /// Where the assignment is published once a second: delivery lanes follow it.
+    pub ownership: Arc<crate::delivery::ownership::Ownership>,
 }
 
 /// The poll loop of the ingest consumer (subscribed by the caller). Runs until `stop` is set,
@@ -205,6 +207,7 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
             None => {}
         }
         if last_sweep.elapsed() > Duration::from_secs(1) {
+            publish_assignment(&consumer, &work.ownership);
             router.forget_unassigned();
             if router.held_back {
                 // Partitions assigned while held back start paused too.
@@ -223,6 +226,19 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
     }
     committer.commit(CommitMode::Sync);
     Ok(())
+}
+
+/// Tells delivery which partitions this member owns now (their lanes follow, `ownership`).
+fn publish_assignment(consumer: &HubConsumer, ownership: &crate::delivery::ownership::Ownership) {
+    let Ok(assigned) = consumer.assignment() else {
+        return;
+    };
+    let partitions: Vec<(String, i32)> = assigned
+        .elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect();
+    ownership.set_assignment(&partitions);
 }
 
 /// How often the consumer thread asks the brokers for metadata (readiness, R-OP-4).

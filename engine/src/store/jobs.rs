@@ -124,6 +124,8 @@ pub struct StepOutcome {
     pub started: Vec<Started>,
     /// Jobs dead-lettered as poison instead of being started.
     pub poisoned: Vec<u128>,
+    /// Jobs not leased: this process no longer holds their lane (another engine delivers them).
+    pub not_held: Vec<u128>,
     /// Subscriptions whose failure streak now calls for auto-disable, with the streak.
     pub streaks: Vec<(String, Uuid, Streak)>,
 }
@@ -236,3 +238,37 @@ pub fn lease_job(
 
 /// Why a job whose event is gone is dead-lettered.
 pub const EVENT_GONE: &str = "event no longer stored";
+
+/// What the survey of lanes asks (`Store::survey_lanes`).
+#[derive(Debug, Clone, Default)]
+pub struct LaneSurvey {
+    /// Lanes of the partitions the consumer group assigned this engine.
+    pub assigned: Vec<Lane>,
+    /// Lanes this engine adopted.
+    pub strays: Vec<Lane>,
+    pub grace_ms: i64,
+    pub now_ms: i64,
+}
+
+/// What the survey of lanes found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneSurveyFound {
+    /// Lanes with queues, neither assigned nor adopted here, whose hold lapsed `grace_ms` ago
+    /// (or that nobody ever held).
+    pub unheld: Vec<Lane>,
+    /// Strays to give up: an engine assigned their partition asks for them, or no queue is left.
+    pub give_up: Vec<Lane>,
+}
+
+/// One lane's holder and backlog (the operator view).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LaneReport {
+    pub lane: Lane,
+    /// The process holding it (its id in the store), when the store has holds.
+    pub holder: Option<String>,
+    pub held_until_ms: Option<i64>,
+    /// Whether this process holds it now.
+    pub held_here: bool,
+    /// Jobs waiting in it, when the store counts them per lane.
+    pub pending: Option<i64>,
+}

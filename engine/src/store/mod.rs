@@ -212,6 +212,26 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Surveys lanes for engines sharing a store (`delivery::ownership`): asks for the
+    /// `assigned` lanes another process holds, finds lanes with queues that nobody has held for
+    /// `grace_ms`, and which of this process's `strays` to give up. Stores one process holds
+    /// (the embedded one) find nothing.
+    async fn survey_lanes(&self, survey: LaneSurvey) -> Result<LaneSurveyFound, StoreError> {
+        let _ = survey;
+        Ok(LaneSurveyFound::default())
+    }
+
+    /// Who holds each of `lanes` and how many jobs wait there, for the operator view.
+    async fn lane_report(&self, lanes: Vec<Lane>) -> Result<Vec<LaneReport>, StoreError> {
+        Ok(lanes
+            .into_iter()
+            .map(|lane| LaneReport {
+                lane,
+                ..LaneReport::default()
+            })
+            .collect())
+    }
+
     /// How many jobs wait (all lanes), for metrics and the load test.
     async fn pending_jobs(&self) -> Result<u64, StoreError>;
 

@@ -20,6 +20,7 @@ mod pull_grpc;
 mod rabbitmq;
 mod readiness;
 mod receiver;
+mod scale_out;
 mod static_membership;
 mod support;
 mod trace;

@@ -28,6 +28,13 @@ pub struct JobStatements {
     pub lane_create: PreparedStatement,
     pub lane_take: PreparedStatement,
     pub lane_let_go: PreparedStatement,
+    /// A lane's holder and hold without a serial read (the survey of strays).
+    pub lane_peek: PreparedStatement,
+    /// Every lane with a queue.
+    pub lanes_listed: PreparedStatement,
+    pub lane_want: PreparedStatement,
+    pub lane_wanted: PreparedStatement,
+    pub count_lane: PreparedStatement,
     pub dead_put: PreparedStatement,
     pub dead_page: PreparedStatement,
     pub dead_delete: PreparedStatement,
@@ -126,10 +133,23 @@ impl JobStatements {
             )
             .await?,
             lane_let_go: p(
-                "UPDATE lanes SET until_ms = 0 WHERE lane = ? IF owner = ?",
+                "UPDATE lanes SET until_ms = ? WHERE lane = ? IF owner = ?",
                 Conditional,
             )
             .await?,
+            lane_peek: p("SELECT owner, until_ms FROM lanes WHERE lane = ?", Plain).await?,
+            lanes_listed: p("SELECT DISTINCT lane FROM job_queues", Plain).await?,
+            lane_want: p(
+                "INSERT INTO lane_wanted (lane, engine, at_ms) VALUES (?, ?, ?)",
+                Plain,
+            )
+            .await?,
+            lane_wanted: p(
+                "SELECT engine, at_ms FROM lane_wanted WHERE lane = ?",
+                Plain,
+            )
+            .await?,
+            count_lane: p("SELECT n FROM job_counts WHERE lane = ?", Plain).await?,
             dead_put: p(
                 "INSERT INTO dead_letters (tenant, subscription, id, letter) VALUES (?, ?, ?, ?) \
                  USING TTL ?",

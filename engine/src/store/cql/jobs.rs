@@ -565,8 +565,15 @@ impl CqlStore {
         // other (a step's round trips are most of a CQL lane's time).
         let mut leasing = Plan::default();
         let mut leases = Vec::new();
+        // The lane's hold is the fence: a lane given up (revoked, or its hold lapsed while this
+        // process was stopped) leases nothing more here; its next holder delivers those jobs.
+        let clock = crate::clock::now_ms();
         for id in &step.start {
             let Some(job) = jobs.get(id) else { continue };
+            if !self.holds.holds(job.record.lane, clock) {
+                out.not_held.push(*id);
+                continue;
+            }
             match lease_job(&job.record, step.lease_until_ms, step.recovery_limit) {
                 Ok(next) => leases.push((job, next)),
                 Err(reason) => {

@@ -14,7 +14,10 @@ use uuid::Uuid;
 use super::jobs::{all, lane_i32};
 use super::lwt::lwt;
 use super::{unavailable, CqlStore};
-use crate::store::{Lane, StoreError};
+use crate::store::{Lane, LaneReport, LaneSurvey, LaneSurveyFound, StoreError};
+
+/// How recent an engine's ask for a lane must be for the holder of a stray to give it up.
+const WANTED_FOR_MS: i64 = 10_000;
 
 /// How long a hold lasts, and how early it is renewed.
 const HOLD_MS: i64 = 10_000;
@@ -56,6 +59,11 @@ impl Holds {
                 None => o.remove(&lane),
             };
         }
+    }
+
+    /// Whether this process holds `lane` at `now` (a lease is taken only then).
+    pub fn holds(&self, lane: Lane, now: i64) -> bool {
+        self.until(lane).is_some_and(|u| u > now)
     }
 
     fn until(&self, lane: Lane) -> Option<i64> {
@@ -162,10 +170,13 @@ impl CqlStore {
             .copied()
             .filter(|l| self.holds.until(*l).is_some())
             .collect();
+        // The hold ends now rather than at zero: a lane given up lapses like any other, so the
+        // survey of strays waits its grace before adopting it (an assigned engine takes it first).
+        let now = crate::clock::now_ms();
         all(held.iter().map(|&lane| async move {
             self.holds.set(lane, None);
             self.session
-                .execute_unpaged(&self.jt.lane_let_go, (lane_i32(lane), me))
+                .execute_unpaged(&self.jt.lane_let_go, (now, lane_i32(lane), me))
                 .await
                 .map_err(unavailable)?;
             Ok(())
@@ -188,5 +199,106 @@ impl CqlStore {
             .try_collect()
             .await
             .map_err(unavailable)
+    }
+}
+
+impl CqlStore {
+    /// `Store::survey_lanes`: a few plain reads per lane not held here, every few seconds.
+    pub(super) async fn survey(&self, survey: LaneSurvey) -> Result<LaneSurveyFound, StoreError> {
+        let me = self.holds.owner;
+        let now = survey.now_ms;
+        // Ask for assigned lanes another process holds (a stray it adopted, or a partition it
+        // has not let go of yet).
+        all(survey
+            .assigned
+            .iter()
+            .filter(|l| !self.holds.holds(**l, now) && self.holds.held_elsewhere(**l, now))
+            .map(|&lane| async move {
+                self.session
+                    .execute_unpaged(&self.jt.lane_want, (lane_i32(lane), me, now))
+                    .await
+                    .map_err(unavailable)?;
+                Ok(())
+            }))
+        .await?;
+        let listed: Vec<i32> = self
+            .session
+            .execute_iter(self.jt.lanes_listed.clone(), ())
+            .await
+            .map_err(unavailable)?
+            .rows_stream::<(i32,)>()
+            .map_err(unavailable)?
+            .map_ok(|(l,)| l)
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        let listed: std::collections::HashSet<Lane> = listed
+            .into_iter()
+            .filter_map(|l| Lane::try_from(l).ok())
+            .collect();
+        let candidates: Vec<Lane> = listed
+            .iter()
+            .copied()
+            .filter(|l| {
+                !survey.assigned.contains(l)
+                    && !survey.strays.contains(l)
+                    && !self.holds.holds(*l, now)
+            })
+            .collect();
+        let unheld = all(candidates.iter().map(|&lane| async move {
+            let row: Option<(Option<Uuid>, Option<i64>)> = self
+                .first_row(&self.jt.lane_peek, (lane_i32(lane),))
+                .await?;
+            let lapsed = row
+                .and_then(|(_, until)| until)
+                .is_none_or(|until| until < now - survey.grace_ms);
+            Ok::<_, StoreError>(lapsed.then_some(lane))
+        }))
+        .await?;
+        let give_up = all(survey.strays.iter().map(|&lane| {
+            let listed = &listed;
+            async move {
+                if !listed.contains(&lane) {
+                    return Ok::<_, StoreError>(Some(lane));
+                }
+                let asked: Option<(Option<Uuid>, Option<i64>)> = self
+                    .first_row(&self.jt.lane_wanted, (lane_i32(lane),))
+                    .await?;
+                let wanted = asked.is_some_and(|(engine, at)| {
+                    engine.is_some_and(|e| e != me) && at.is_some_and(|at| at > now - WANTED_FOR_MS)
+                });
+                Ok(wanted.then_some(lane))
+            }
+        }))
+        .await?;
+        let mut found = LaneSurveyFound {
+            unheld: unheld.into_iter().flatten().collect(),
+            give_up: give_up.into_iter().flatten().collect(),
+        };
+        found.unheld.sort_unstable();
+        found.give_up.sort_unstable();
+        Ok(found)
+    }
+
+    /// `Store::lane_report`.
+    pub(super) async fn report(&self, lanes: Vec<Lane>) -> Result<Vec<LaneReport>, StoreError> {
+        let now = crate::clock::now_ms();
+        all(lanes.into_iter().map(|lane| async move {
+            let row: Option<(Option<Uuid>, Option<i64>)> = self
+                .first_row(&self.jt.lane_peek, (lane_i32(lane),))
+                .await?;
+            let count: Option<(Option<scylla::value::Counter>,)> = self
+                .first_row(&self.jt.count_lane, (lane_i32(lane),))
+                .await?;
+            let (holder, until) = row.unwrap_or((None, None));
+            Ok(LaneReport {
+                lane,
+                holder: holder.map(|h| h.to_string()),
+                held_until_ms: until,
+                held_here: self.holds.holds(lane, now),
+                pending: Some(count.and_then(|(n,)| n).map_or(0, |c| c.0).max(0)),
+            })
+        }))
+        .await
     }
 }

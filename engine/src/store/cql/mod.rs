@@ -192,7 +192,8 @@ impl CqlStore {
         .await
         .map_err(StoreError::Unavailable)?;
         let st = Statements::prepare_all(&session).await?;
-        let jt = JobStatements::prepare_all(&session).await?;
+        // Boxed: dozens of statements prepared in one future make every caller's future large.
+        let jt = Box::pin(JobStatements::prepare_all(&session)).await?;
         let pt = pull::PullStatements::prepare_all(&session).await?;
         let rt = relay::RelayStatements::prepare_all(&session).await?;
         Ok(Self {
@@ -337,6 +338,20 @@ impl Store for CqlStore {
 
     async fn release_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
         self.let_go(&lanes).await
+    }
+
+    async fn survey_lanes(
+        &self,
+        survey: super::LaneSurvey,
+    ) -> Result<super::LaneSurveyFound, StoreError> {
+        self.survey(survey).await
+    }
+
+    async fn lane_report(
+        &self,
+        lanes: Vec<super::Lane>,
+    ) -> Result<Vec<super::LaneReport>, StoreError> {
+        self.report(lanes).await
     }
 
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
