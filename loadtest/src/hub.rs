@@ -17,6 +17,7 @@ pub enum StoreChoice {
 /// The keyspace of a hub under test on CQL.
 pub const CQL_KEYSPACE: &str = "streaming_hub_loadtest";
 
+#[derive(Clone, Copy)]
 pub struct HubSpec<'a> {
     pub bin: &'a Path,
     pub store: StoreChoice,
@@ -175,4 +176,104 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// The engines under test: one, or with `--engines N` several of one consumer group on one CQL
+/// keyspace and one data directory (their keys and token secret), as a scaled-out deployment
+/// runs them (issue 18).
+pub struct Hubs {
+    pub engines: Vec<Hub>,
+}
+
+/// What one engine of a run did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EngineFigures {
+    pub cpu_seconds: Option<f64>,
+    pub rss_kib_peak: u64,
+    /// Its `streaming_hub_delivery_outcomes_total{outcome="delivered"}`.
+    pub delivered: u64,
+    /// Its `streaming_hub_ingest_verdicts_total` of every verdict: what it judged.
+    pub ingested: u64,
+}
+
+impl Hubs {
+    /// Starts `n` engines: the first on `spec.port`, the others on free ports.
+    pub fn start(spec: &HubSpec<'_>, n: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            n == 1 || spec.store == StoreChoice::Cql,
+            "several engines share a CQL keyspace: --engines > 1 needs --store cql"
+        );
+        let mut engines = vec![Hub::start(spec)?];
+        for _ in 1..n {
+            engines.push(Hub::start(&HubSpec {
+                port: free_port()?,
+                ..*spec
+            })?);
+        }
+        Ok(Self { engines })
+    }
+
+    pub async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        for engine in &mut self.engines {
+            engine.wait_ready(limit).await?;
+        }
+        Ok(())
+    }
+
+    /// The first engine: where subscriptions are made and HTTP ingest is posted.
+    pub fn first(&self) -> &Hub {
+        &self.engines[0]
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.engines.iter().map(Hub::pid).collect()
+    }
+
+    /// Every engine's `/metrics`, and their sum (counters add up; gauges of the shared store,
+    /// such as pending jobs, are read from the first engine alone).
+    pub async fn metrics(
+        &self,
+    ) -> anyhow::Result<(BTreeMap<String, u64>, Vec<BTreeMap<String, u64>>)> {
+        let mut each = Vec::new();
+        for engine in &self.engines {
+            each.push(engine.metrics().await?);
+        }
+        let mut sum = each.first().cloned().unwrap_or_default();
+        for other in each.iter().skip(1) {
+            for (k, v) in other {
+                if !k.starts_with("streaming_hub_delivery_pending_jobs") {
+                    *sum.entry(k.clone()).or_default() += v;
+                }
+            }
+        }
+        Ok((sum, each))
+    }
+
+    /// Each engine's figures, from its `/metrics` (`each`, in order) and `/proc`.
+    pub fn figures(&self, each: &[BTreeMap<String, u64>]) -> Vec<EngineFigures> {
+        self.engines
+            .iter()
+            .zip(each)
+            .map(|(engine, metrics)| EngineFigures {
+                cpu_seconds: cpu_seconds(engine.pid()),
+                rss_kib_peak: rss_kib(engine.pid()).map_or(0, |(_, peak)| peak),
+                delivered: metrics
+                    .get("streaming_hub_delivery_outcomes_total{outcome=\"delivered\"}")
+                    .copied()
+                    .unwrap_or(0),
+                ingested: metrics
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("streaming_hub_ingest_verdicts_total"))
+                    .map(|(_, v)| v)
+                    .sum(),
+            })
+            .collect()
+    }
+
+    pub fn stop(self) -> anyhow::Result<()> {
+        for engine in self.engines {
+            engine.stop()?;
+        }
+        Ok(())
+    }
 }

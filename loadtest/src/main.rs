@@ -84,6 +84,10 @@ struct Cli {
     /// lost. Report: `loadtest/reports/faults/<fault>-<scenario>-<store>/`.
     #[arg(long)]
     fault: Option<faults::Fault>,
+    /// Engines of one consumer group on one CQL keyspace (issue 18; `--store cql`). The report
+    /// gives each one's share of the work and its CPU per delivered event.
+    #[arg(long, default_value_t = 1)]
+    engines: usize,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -152,8 +156,13 @@ async fn main() -> anyhow::Result<()> {
             )
             .collect(),
         sink: cli.sink,
+        engines: cli.engines.max(1),
         command,
     };
+    anyhow::ensure!(
+        cli.fault.is_none() || args.engines == 1,
+        "--fault runs one engine (the several-engine faults are the engine tests' `scale_out`)"
+    );
     if let Some(fault) = cli.fault {
         return fault_run(args, fault, cli.out).await;
     }

@@ -56,8 +56,10 @@ pub struct HubFigures {
     pub drain_after_production_seconds: Option<f64>,
     pub rss_kib_end: u64,
     pub rss_kib_peak: u64,
-    /// CPU the measured hub process used over the whole run (user + system), in seconds.
+    /// CPU the measured hub processes used over the whole run (user + system), in seconds.
     pub cpu_seconds: Option<f64>,
+    /// Each engine (one unless `--engines`).
+    pub engines: Vec<crate::hub::EngineFigures>,
     pub counters: BTreeMap<String, u64>,
     pub store_phases: Vec<PhaseShare>,
 }
@@ -365,6 +367,9 @@ impl Report {
                 cpu * 1e6 / per.max(1) as f64
             );
         }
+        if self.hub.engines.len() > 1 {
+            engines_rows(&mut md, &self.hub.engines);
+        }
         if let Some(d) = &self.delivery {
             let _ = writeln!(
                 md,
@@ -461,5 +466,31 @@ impl Report {
             self.produced.valid, self.produced.duplicates, self.produced.malformed, self.produced.system, self.produced.total
         );
         md
+    }
+}
+
+/// With several engines: each one's share of the work and its CPU per delivered event.
+fn engines_rows(md: &mut String, engines: &[crate::hub::EngineFigures]) {
+    use std::fmt::Write as _;
+    let delivered: u64 = engines.iter().map(|e| e.delivered).sum();
+    for (i, e) in engines.iter().enumerate() {
+        let share = e.delivered as f64 * 100.0 / delivered.max(1) as f64;
+        let cpu = e.cpu_seconds.map_or_else(
+            || "—".to_owned(),
+            |c| {
+                format!(
+                    "{c:.1} s · {:.0} µs per delivered event",
+                    c * 1e6 / e.delivered.max(1) as f64
+                )
+            },
+        );
+        let _ = writeln!(
+            md,
+            "| engine {} | judged {} records · delivered {} ({share:.0} %) · CPU {cpu} · RSS peak {:.0} MiB |",
+            i + 1,
+            e.ingested,
+            e.delivered,
+            e.rss_kib_peak as f64 / 1024.0
+        );
     }
 }

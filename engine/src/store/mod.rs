@@ -212,6 +212,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Whether this process may start an attempt of a job of `lane` now: it still holds the
+    /// lane (an engine frozen past its hold starts nothing it leased before). Stores one process
+    /// holds always may.
+    fn holds_lane(&self, lane: Lane, now_ms: i64) -> bool {
+        let _ = (lane, now_ms);
+        true
+    }
+
+    /// Renews this process's holds on `lanes` without paging them (a lane with no room for more
+    /// jobs still keeps its lanes). Stores without holds have nothing to do.
+    async fn keep_lanes(&self, lanes: Vec<Lane>) -> Result<(), StoreError> {
+        let _ = lanes;
+        Ok(())
+    }
+
     /// Surveys lanes for engines sharing a store (`delivery::ownership`): asks for the
     /// `assigned` lanes another process holds, finds lanes with queues that nobody has held for
     /// `grace_ms`, and which of this process's `strays` to give up. Stores one process holds

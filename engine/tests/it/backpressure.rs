@@ -173,6 +173,8 @@ fn stored(metrics: &std::collections::HashMap<String, u64>) -> u64 {
 /// every produced event is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_in_7_kafka_ingest_pauses_while_delivery_is_behind_and_loses_nothing() {
+    // It produces to the shared `lender` topic, which a test holding the broker may delete.
+    let _broker = crate::support::exclusive_broker().await;
     // Long enough that the gate stays closed while the test looks.
     let (setup, counter) = slow_destination("backpressure-kafka", "60000").await;
 

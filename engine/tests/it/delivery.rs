@@ -224,6 +224,22 @@ pub(crate) fn event_headers(tenant: &str, id: Uuid) -> Vec<(&'static str, String
     ]
 }
 
+/// The engine's metrics once no job is pending, or after 15 s: a destination sees a delivery
+/// before the engine records its outcome (outcomes are grouped into one store step), so a test
+/// that saw every delivery arrive waits for the settlements before it reads the counts.
+pub(crate) async fn metrics_once_settled(engine: &Engine) -> HashMap<String, u64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = engine.metrics().await;
+        if m.get("streaming_hub_delivery_pending_jobs") == Some(&0)
+            || std::time::Instant::now() > deadline
+        {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Produces `n` events of `tenant` to `lerian.streaming.lender`; returns id → payload.
 pub(crate) async fn produce(tenant: &str, n: usize) -> HashMap<String, Vec<u8>> {
     produce_over(&[tenant.to_owned()], n).await
@@ -441,7 +457,7 @@ async fn produced_events_reach_a_verified_webhook_signed(backend: Backend) {
         ids_on(&receiver, "/other").is_empty(),
         "no match, no job (R-MA-2)"
     );
-    let m = engine.metrics().await;
+    let m = metrics_once_settled(&engine).await;
     assert!(m["streaming_hub_delivery_outcomes_total{outcome=\"delivered\"}"] >= 300);
     assert_eq!(m["streaming_hub_delivery_pending_jobs"], 0);
     operator_metrics_are_exposed(&engine).await;
@@ -747,6 +763,7 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
         m["streaming_hub_delivery_outcomes_total{outcome=\"cancelled\"}"],
         1
     );
+    let m = metrics_once_settled(&engine).await;
     assert_eq!(m["streaming_hub_delivery_pending_jobs"], 0);
     engine.stop();
 }

@@ -340,6 +340,15 @@ impl Store for CqlStore {
         self.let_go(&lanes).await
     }
 
+    fn holds_lane(&self, lane: super::Lane, now_ms: i64) -> bool {
+        self.holds.holds(lane, now_ms)
+    }
+
+    async fn keep_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
+        self.hold_lanes(&lanes, crate::clock::now_ms()).await?;
+        Ok(())
+    }
+
     async fn survey_lanes(
         &self,
         survey: super::LaneSurvey,

@@ -1,0 +1,143 @@
+//! What a lane holds: the lanes it pages (following ownership, renewing holds), pages of due
+//! jobs, jobs ingest hands over, and the scheduler they wait in.
+
+use super::*;
+
+impl DeliveryLane {
+    /// Renews the holds on this shard's lanes without paging.
+    pub(super) async fn keep_lanes(&self, lane: &LaneState) {
+        let (store, lanes) = (self.store.clone(), lane.lanes.clone());
+        if let Ok(Err(e)) = self
+            .bridge
+            .call(async move { store.keep_lanes(lanes).await })
+            .await
+        {
+            store_failed(FailedStage::DeliveryPage);
+            tracing::warn!(error = %e, "renewing delivery lane holds failed");
+        }
+    }
+
+    /// Takes up the lanes this shard now owns and gives up those it no longer does: leased jobs
+    /// of a lane given up that no worker has started are left to its next holder (they count a
+    /// recovery there), then the hold goes, so the new owner need not wait for it to lapse.
+    /// Attempts already running finish and settle here.
+    pub(super) async fn follow_ownership(&self, lane: &mut LaneState) {
+        let now = self.ownership.lanes_of(self.shard);
+        if now == lane.lanes {
+            return;
+        }
+        let gone: Vec<Lane> = lane
+            .lanes
+            .iter()
+            .copied()
+            .filter(|l| !now.contains(l))
+            .collect();
+        tracing::info!(shard = self.shard, lanes = ?now, gone = ?gone, "delivery lanes changed");
+        lane.lanes = now;
+        if gone.is_empty() {
+            return;
+        }
+        let (left, kept): (Vec<Started>, Vec<Started>) = lane
+            .ready
+            .drain(..)
+            .partition(|s| gone.contains(&s.job.lane));
+        lane.ready.extend(kept);
+        for s in left {
+            lane.release(s.job.id);
+        }
+        let store = self.store.clone();
+        if let Ok(Err(e)) = self
+            .bridge
+            .call(async move { store.release_lanes(gone).await })
+            .await
+        {
+            tracing::warn!(error = %e, "could not let go of delivery lanes");
+        }
+    }
+
+    /// Pages due jobs into the scheduler; true when the page was full.
+    pub(super) async fn fetch(&self, lane: &mut LaneState) -> Result<bool, StoreError> {
+        let room = self.config.held_max.saturating_sub(lane.held.len());
+        let skip: HashSet<u128> = lane
+            .held
+            .keys()
+            .chain(lane.in_flight.keys())
+            .copied()
+            .collect();
+        let (store, lanes, per_tenant) = (
+            self.store.clone(),
+            lane.lanes.clone(),
+            self.config.per_tenant,
+        );
+        lane.rotation = lane.rotation.wrapping_add(1);
+        let rotation = lane.rotation;
+        let now = crate::clock::now_ms();
+        let skip = Arc::new(skip);
+        let jobs = self
+            .bridge
+            .call(async move {
+                store
+                    .due_jobs(lanes, now, per_tenant, room, rotation, skip)
+                    .await
+            })
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))??;
+        let full = jobs.len() == room && room > 0;
+        if !jobs.is_empty() {
+            tracing::debug!(jobs = jobs.len(), "paged due jobs");
+        }
+        for job in jobs {
+            self.hold(lane, job);
+        }
+        Ok(full)
+    }
+
+    /// Holds jobs ingest handed over; false when some were left to the store (no room, or their
+    /// destination's share of held memory is full), so a page must fetch them later.
+    pub(super) fn take_handed(&self, lane: &mut LaneState, jobs: Vec<JobRecord>) -> bool {
+        let mut all = true;
+        for job in jobs {
+            if lane.held.len() >= self.config.held_max {
+                return false;
+            }
+            // Already paged from the store (and perhaps leased) before the hand-off came.
+            if lane.recent.contains(job.id) {
+                continue;
+            }
+            all &= self.hold(lane, job);
+        }
+        all
+    }
+
+    /// Gives a due job to the scheduler, unless it is held or running already; false when its
+    /// destination already holds its share of memory (the job stays in the store).
+    pub(super) fn hold(&self, lane: &mut LaneState, job: JobRecord) -> bool {
+        if lane.held.contains_key(&job.id) || lane.in_flight.contains_key(&job.id) {
+            return true;
+        }
+        let sub = self.subs.get(&job.tenant, job.subscription);
+        let destination = sub
+            .as_ref()
+            .and_then(|s| s.endpoint.clone())
+            .unwrap_or_default();
+        let holding = lane
+            .held_per_destination
+            .entry(destination.clone())
+            .or_default();
+        if *holding >= crate::delivery::fairness::holding_cap(self.config.held_max) {
+            return false;
+        }
+        *holding += 1;
+        let weight = weight_of(sub.as_ref().and_then(|s| s.plan_tier.as_deref()));
+        lane.scheduler.push(
+            &job.tenant,
+            weight,
+            Due {
+                job: job.id,
+                destination,
+            },
+        );
+        lane.held.insert(job.id, job);
+        true
+    }
+}
