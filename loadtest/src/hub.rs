@@ -134,6 +134,17 @@ impl Hub {
     }
 }
 
+/// A run that fails part-way must not leave its hub running: it would hold the run's group and,
+/// on CQL, the shared keyspace's lanes, and a later run would meet it there.
+impl Drop for Hub {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Resident and peak resident memory of a process, in KiB, from `/proc/<pid>/status`.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
