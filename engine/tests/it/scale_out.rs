@@ -213,6 +213,19 @@ impl Pair {
         sent.keys().cloned().collect()
     }
 
+    /// Waits until the second engine is assigned every partition (the first stopped or froze).
+    async fn second_owns_every_partition(&self, within: Duration) {
+        let owned = eventually(within, || async {
+            let owned = assigned(&self.second, &self.admin).await?;
+            (owned.len() == PARTITIONS as usize).then_some(())
+        })
+        .await;
+        assert!(
+            owned.is_some(),
+            "the other engine is assigned every partition"
+        );
+    }
+
     /// Waits for every event of `want`; returns the duplicates.
     async fn all_delivered(&self, want: &HashSet<String>) -> u32 {
         let all_arrived = progresses_to(
@@ -301,15 +314,8 @@ async fn r_op_1_an_engine_stopped_gracefully_hands_its_partitions_over_without_r
     let stopping = std::time::Instant::now();
     pair.first.take().expect("first engine").stop();
     let stopped = stopping.elapsed();
-    let handed = eventually(Duration::from_secs(120), || async {
-        let owned = assigned(&pair.second, &pair.admin).await?;
-        (owned.len() == PARTITIONS as usize).then_some(())
-    })
-    .await;
-    assert!(
-        handed.is_some(),
-        "the other engine is assigned every partition"
-    );
+    pair.second_owns_every_partition(Duration::from_secs(120))
+        .await;
     let handover = stopping.elapsed();
     let duplicates = pair.all_delivered(&want).await;
     eprintln!(
@@ -333,15 +339,8 @@ async fn r_op_1_a_frozen_engine_is_fenced_out_and_repeats_only_unrecorded_attemp
     let want = pair.deliver_a_third(EVENTS).await;
     let first = pair.first.take().expect("first engine");
     signal(&first, "STOP");
-    let took = eventually(Duration::from_secs(60), || async {
-        let owned = assigned(&pair.second, &pair.admin).await?;
-        (owned.len() == PARTITIONS as usize).then_some(())
-    })
-    .await;
-    assert!(
-        took.is_some(),
-        "the other engine is assigned every partition"
-    );
+    pair.second_owns_every_partition(Duration::from_secs(60))
+        .await;
     // Past the frozen engine's 10 s holds: the other holds and delivers its lanes.
     tokio::time::sleep(Duration::from_secs(12)).await;
     signal(&first, "CONT");
