@@ -12,6 +12,7 @@ use anyhow::Context;
 use crate::api::{router, ApiState};
 use crate::config::{HubConfig, StoreKind};
 use crate::delivery::start::{Delivery, ShardLane as DeliveryLane};
+use crate::ingest::assignment::Assignment;
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, ConsumerWork, KafkaSettings};
 use crate::ingest::shard::ShardIngest;
@@ -217,6 +218,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         .unzip();
     let (commit_tx, commit_rx) = mpsc::channel();
     let kafka_on = config.kafka_brokers.is_some();
+    let assignment = Arc::new(Assignment::new(delivery.ownership.clone()));
     let mut threads = vec![start_shards(
         &config,
         ShardWork {
@@ -227,6 +229,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             commits: commit_tx,
             observer: catalog,
             records: kafka_on.then_some(record_receivers),
+            assignment: assignment.clone(),
             lanes: delivery.lanes(&store, &bridge),
         },
         shards,
@@ -253,7 +256,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             health: kafka_state.unwrap_or_default(),
             drain: settings.drain,
             backpressure: delivery.backpressure.clone(),
-            ownership: delivery.ownership.clone(),
+            assignment,
         };
         threads.extend(start_kafka(settings, store.clone(), bridge, work)?);
     } else {
@@ -311,6 +314,8 @@ struct ShardWork {
     commits: mpsc::Sender<crate::ingest::kafka::Commit>,
     observer: Arc<dyn KeyObserver>,
     records: Option<Vec<async_channel::Receiver<RecordIn>>>,
+    /// The partitions this member holds: a shard claims only those.
+    assignment: Arc<Assignment>,
     lanes: Vec<Option<DeliveryLane>>,
 }
 
@@ -333,6 +338,7 @@ fn start_shards(
                 commits,
                 observer,
                 records,
+                assignment,
                 lanes,
             } = work;
             let records = Arc::new(std::sync::Mutex::new(records.map_or_else(
@@ -363,6 +369,7 @@ fn start_shards(
                         commits: commits.clone(),
                         observer: Some(observer.clone()),
                         routing: lane.as_ref().map(|l| l.routing.clone()),
+                        assignment: assignment.clone(),
                     };
                     let started = shards_started.clone();
                     async move {
@@ -396,11 +403,13 @@ fn start_kafka(
     work: ConsumerWork,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     use rdkafka::consumer::Consumer;
-    let ingest_consumer = consumer(&settings, "").context("creating the kafka consumer")?;
+    let ingest_consumer = consumer(&settings, "", Some(work.assignment.clone()))
+        .context("creating the kafka consumer")?;
     ingest_consumer
         .subscribe(&[&settings.sources.ingest_pattern()])
         .context("subscribing to the sources' topics")?;
-    let dlq_consumer = consumer(&settings, "-dlq-observer").context("creating the dlq consumer")?;
+    let dlq_consumer =
+        consumer(&settings, "-dlq-observer", None).context("creating the dlq consumer")?;
     dlq_consumer
         .subscribe(&[&settings.sources.dlq_pattern()])
         .context("subscribing to the sources' .dlq topics")?;

@@ -19,6 +19,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::assignment::Assignment;
 use super::router::shard_for;
 use super::RecordIn;
 use crate::delivery::backpressure::Backpressure;
@@ -57,8 +58,12 @@ pub type HubConsumer = BaseConsumer<HubContext>;
 /// Logs librdkafka's client errors. A pattern subscription that matches no topic yet (a new
 /// cluster, before any producer wrote) is reported by librdkafka as an error; for the hub it is
 /// the normal state of an empty cluster, so it is logged at info, not error.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HubContext;
+///
+/// The ingest consumer's context also keeps `Assignment` current on every rebalance.
+#[derive(Debug, Clone, Default)]
+pub struct HubContext {
+    assignment: Option<Arc<Assignment>>,
+}
 
 impl rdkafka::client::ClientContext for HubContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
@@ -78,8 +83,15 @@ impl rdkafka::client::ClientContext for HubContext {
 /// Logs each change of the consumer's partitions at info: when an engine makes no progress, an
 /// operator first asks which partitions it holds.
 impl rdkafka::consumer::ConsumerContext for HubContext {
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &rdkafka::consumer::Rebalance<'_>) {
+    fn post_rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        rebalance: &rdkafka::consumer::Rebalance<'_>,
+    ) {
         use rdkafka::consumer::Rebalance;
+        if let Some(assignment) = &self.assignment {
+            publish_assignment(consumer, assignment);
+        }
         let named = |list: &TopicPartitionList| {
             list.elements()
                 .iter()
@@ -105,10 +117,12 @@ pub fn no_topic_yet(error: &rdkafka::error::KafkaError) -> bool {
 }
 
 /// Builds a consumer with the hub's settings: manual commits, earliest reset, cooperative
-/// rebalancing so a new member does not stop every partition.
+/// rebalancing so a new member does not stop every partition. `assignment`, if given, follows
+/// every rebalance.
 pub fn consumer(
     settings: &KafkaSettings,
     group_suffix: &str,
+    assignment: Option<Arc<Assignment>>,
 ) -> rdkafka::error::KafkaResult<HubConsumer> {
     let mut config = ClientConfig::new();
     settings.security.apply(&mut config);
@@ -133,7 +147,7 @@ pub fn consumer(
             "session.timeout.ms",
             settings.session_timeout_ms.to_string(),
         )
-        .create_with_context(HubContext)
+        .create_with_context(HubContext { assignment })
 }
 
 /// Copies a message out of librdkafka's buffers.
@@ -171,8 +185,8 @@ pub struct ConsumerWork {
     pub drain: Duration,
     /// Closed while delivery is behind its bound: every assigned partition is paused.
     pub backpressure: Arc<Backpressure>,
-    /// Where the assignment is published once a second: delivery lanes follow it.
-    pub ownership: Arc<crate::delivery::ownership::Ownership>,
+    /// The partitions this member holds: set on every rebalance (and swept once a second).
+    pub assignment: Arc<Assignment>,
 }
 
 /// The poll loop of the ingest consumer (subscribed by the caller). Runs until `stop` is set,
@@ -207,7 +221,7 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
             None => {}
         }
         if last_sweep.elapsed() > Duration::from_secs(1) {
-            publish_assignment(&consumer, &work.ownership);
+            publish_assignment(&consumer, &work.assignment);
             router.forget_unassigned();
             if router.held_back {
                 // Partitions assigned while held back start paused too.
@@ -228,8 +242,9 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
     Ok(())
 }
 
-/// Tells delivery which partitions this member owns now (their lanes follow, `ownership`).
-fn publish_assignment(consumer: &HubConsumer, ownership: &crate::delivery::ownership::Ownership) {
+/// Records which partitions this member owns now: shards claim only those, and delivery lanes
+/// follow them (`Assignment`).
+fn publish_assignment(consumer: &HubConsumer, assignment: &Assignment) {
     let Ok(assigned) = consumer.assignment() else {
         return;
     };
@@ -238,7 +253,7 @@ fn publish_assignment(consumer: &HubConsumer, ownership: &crate::delivery::owner
         .iter()
         .map(|e| (e.topic().to_owned(), e.partition()))
         .collect();
-    ownership.set_assignment(&partitions);
+    assignment.set(partitions);
 }
 
 /// How often the consumer thread asks the brokers for metadata (readiness, R-OP-4).

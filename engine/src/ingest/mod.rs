@@ -2,6 +2,7 @@
 //! from HTTP (`http`) go through the same `judge_into` step and the same `Store::write_batch`.
 //! Producer dead-letter topics are observed by `dlq`, never delivered.
 
+pub mod assignment;
 pub mod dlq;
 pub mod http;
 pub mod jobs;

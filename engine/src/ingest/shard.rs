@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::assignment::Assignment;
 use super::jobs::JobRouting;
 use super::kafka::Commit;
 use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
@@ -30,6 +31,8 @@ pub struct ShardIngest {
     pub observer: Option<Arc<dyn KeyObserver>>,
     /// Matching and the lanes: jobs are written with their events (R-DI-1).
     pub routing: Option<JobRouting>,
+    /// The partitions this member holds: a unit is claimed only while its partition is held.
+    pub assignment: Arc<Assignment>,
 }
 
 impl ShardIngest {
@@ -82,6 +85,17 @@ impl ShardIngest {
         loop {
             let f = match fence {
                 Some(f) => f,
+                None if !self.assignment.holds(&unit.topic, unit.partition) => {
+                    // Queued before a revocation: the partition's new owner replays these
+                    // records from the last commit. Claiming would fence that owner out.
+                    tracing::debug!(
+                        topic = unit.topic,
+                        partition = unit.partition,
+                        records = recs.len(),
+                        "partition revoked; leaving its queued records to the new owner"
+                    );
+                    return (unit, None);
+                }
                 None => match self
                     .call(|s, u| async move { s.claim_unit(&u).await }, &unit)
                     .await
@@ -127,12 +141,25 @@ impl ShardIngest {
                     return (unit, fence);
                 }
                 Err(StoreError::Fenced { .. }) => {
+                    fence = None;
+                    if !self.assignment.holds(&unit.topic, unit.partition) {
+                        tracing::info!(
+                            topic = unit.topic,
+                            partition = unit.partition,
+                            "unit owned by a newer generation; dropping batch"
+                        );
+                        return (unit, None);
+                    }
+                    // Still ours: a member that lost the partition (a paused engine waking up)
+                    // claimed it before it learned of the revocation. Claim it back and retry;
+                    // that member stops claiming once its consumer sees the rebalance.
                     tracing::info!(
                         topic = unit.topic,
                         partition = unit.partition,
-                        "unit owned by a newer generation; dropping batch"
+                        "unit claimed by a stale member while this one holds the partition; claiming it back"
                     );
-                    return (unit, None);
+                    shard_sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
                 Err(e) => {
                     crate::telemetry::store_failed(crate::telemetry::FailedStage::IngestBatch);

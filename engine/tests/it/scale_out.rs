@@ -49,6 +49,16 @@ async fn assigned(engine: &Engine, admin: &str) -> Option<BTreeSet<i64>> {
     )
 }
 
+/// Whether `engine` holds the lane of every partition it is assigned (and is assigned some).
+async fn holds_its_assigned_lanes(engine: &Engine, admin: &str) -> bool {
+    let view = ownership(engine, admin).await;
+    let assigned: Vec<&Value> = view["lanes"]
+        .as_array()
+        .map(|lanes| lanes.iter().filter(|l| l["how"] == "assigned").collect())
+        .unwrap_or_default();
+    !assigned.is_empty() && assigned.iter().all(|l| l["held_here"] == true)
+}
+
 async fn delivered(engine: &Engine) -> u64 {
     engine
         .metrics()
@@ -278,6 +288,22 @@ async fn r_op_1_a_killed_engines_jobs_are_delivered_by_the_other_and_it_takes_th
     assert!(
         back.is_some(),
         "the static member gets partitions back well inside its 45 s session"
+    );
+    // The survivor adopted those lanes as strays; it gives them up when the member asks.
+    let held = eventually(Duration::from_secs(30), || async {
+        holds_its_assigned_lanes(&first, &pair.admin)
+            .await
+            .then_some(())
+    })
+    .await;
+    assert!(
+        held.is_some(),
+        "the restarted member holds its lanes again; its view: {}",
+        ownership(&first, &pair.admin).await
+    );
+    eprintln!(
+        "restarted engine holds its lanes {:?} after its start",
+        restarted.elapsed()
     );
     let before = delivered(&first).await;
     let more = produce_over(&pair.tenants, 1_000).await;

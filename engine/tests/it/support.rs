@@ -101,7 +101,6 @@ enum IngestToken {
     GeneratedIn(std::path::PathBuf),
 }
 
-const ENGINE_LOG: &str = "engine.log";
 /// Lines of the engine's log a failed test shows.
 const LOG_TAIL: usize = 60;
 
@@ -121,11 +120,12 @@ impl Engine {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_streaming-hub"));
         backend.configure(&mut cmd);
         // The engine's log (warnings and partition assignments; `HUB_TEST_ENGINE_LOG` sets
-        // another filter) goes to a file in its data directory, shown when the test fails.
+        // another filter) goes to a file in its data directory, shown when the test fails; one
+        // file per port, since engines of a scale-out test share the directory.
         let filter = std::env::var("HUB_TEST_ENGINE_LOG")
             .unwrap_or_else(|_| "warn,hub_engine::ingest::kafka=info".into());
         cmd.env("STREAMING_HUB_LOG", filter);
-        let log = data_dir.join(ENGINE_LOG);
+        let log = data_dir.join(format!("engine-{port}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -276,6 +276,19 @@ pub fn show_log_on_panic(log: &std::path::Path, what: &str) {
         return;
     }
     let text = std::fs::read_to_string(log).unwrap_or_default();
+    // `HUB_TEST_LOG_DIR` keeps whole logs of failed tests (the tail below is often too short).
+    if let Ok(dir) = std::env::var("HUB_TEST_LOG_DIR") {
+        let name = format!(
+            "{}-{}",
+            std::thread::current()
+                .name()
+                .unwrap_or("test")
+                .replace("::", "-"),
+            log.file_name().and_then(|n| n.to_str()).unwrap_or("log")
+        );
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(std::path::Path::new(&dir).join(name), &text);
+    }
     let lines: Vec<&str> = text.lines().collect();
     let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
     eprintln!(

@@ -131,6 +131,12 @@ impl DeliveryLane {
             self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
             lane.release(*id);
         }
+        if !outcome.not_held.is_empty() {
+            tracing::debug!(
+                jobs = outcome.not_held.len(),
+                "leases refused: their lane is not held here"
+            );
+        }
         for id in &outcome.not_held {
             lane.release(*id);
         }

@@ -251,7 +251,13 @@ impl CqlStore {
             .into_iter()
             .map(|(tenant, sub)| self.touch_queue(batch.lane, tenant, sub)))
         .await?;
-        self.count(batch.lane, jobs.len() as i64).await
+        // Only first creations move the pending gauge: a replay (after a rebalance or a restart,
+        // every batch since the last offset commit) writes rows that exist already, or that were
+        // delivered and stay deleted, and counting them again left the gauge above zero for good.
+        // A crash between a first claim and this count leaves those jobs uncounted instead — a
+        // gauge a little low after a crash, never one that stays up.
+        let created = jobs.iter().filter(|(first, _, _)| *first).count();
+        self.count(batch.lane, created as i64).await
     }
 
     /// For each replayed event with jobs (not appended by this write): when the stored copy was

@@ -207,17 +207,28 @@ impl CqlStore {
     pub(super) async fn survey(&self, survey: LaneSurvey) -> Result<LaneSurveyFound, StoreError> {
         let me = self.holds.owner;
         let now = survey.now_ms;
-        // Ask for assigned lanes another process holds (a stray it adopted, or a partition it
-        // has not let go of yet).
+        // Assigned lanes not held here: ask for those another process holds (a stray it
+        // adopted, or a partition it has not let go of yet); for those nobody holds any more,
+        // forget the last hold read, so the next page takes them at once instead of waiting out
+        // that hold's end.
         all(survey
             .assigned
             .iter()
-            .filter(|l| !self.holds.holds(**l, now) && self.holds.held_elsewhere(**l, now))
+            .filter(|l| !self.holds.holds(**l, now))
             .map(|&lane| async move {
-                self.session
-                    .execute_unpaged(&self.jt.lane_want, (lane_i32(lane), me, now))
-                    .await
-                    .map_err(unavailable)?;
+                let row: Option<(Option<Uuid>, Option<i64>)> = self
+                    .first_row(&self.jt.lane_peek, (lane_i32(lane),))
+                    .await?;
+                match row {
+                    Some((Some(holder), Some(until))) if holder != me && until >= now => {
+                        self.holds.elsewhere(lane, Some(until));
+                        self.session
+                            .execute_unpaged(&self.jt.lane_want, (lane_i32(lane), me, now))
+                            .await
+                            .map_err(unavailable)?;
+                    }
+                    _ => self.holds.elsewhere(lane, None),
+                }
                 Ok(())
             }))
         .await?;
