@@ -62,6 +62,14 @@ impl Hub {
             // `--target http` posts to HTTP ingest, off by default beside Kafka (R-SEC-4).
             .env("STREAMING_HUB_HTTP_INGEST", "true")
             .stdout(Stdio::null());
+        // `LOADTEST_HUB_LOG_DIR`: each hub's log (at `info`) in `hub-<port>.log` there, for a
+        // run that went wrong.
+        if let Some(dir) = std::env::var_os("LOADTEST_HUB_LOG_DIR") {
+            std::fs::create_dir_all(&dir)?;
+            let log =
+                std::fs::File::create(Path::new(&dir).join(format!("hub-{}.log", spec.port)))?;
+            cmd.env("STREAMING_HUB_LOG", "info").stdout(log);
+        }
         cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         if spec.store == StoreChoice::Cql {
             cmd.env("STREAMING_HUB_STORE", "cql")

@@ -132,6 +132,7 @@ const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../scenarios/pending-million.toml"),
     ),
     ("hot-tenant", include_str!("../scenarios/hot-tenant.toml")),
+    ("scale-out", include_str!("../scenarios/scale-out.toml")),
     (
         "pull-one-reader",
         include_str!("../scenarios/pull-one-reader.toml"),

@@ -9,7 +9,7 @@
 //! every assigned partition is paused. Shards send offsets back once their batch is durable; only
 //! then are they committed (R-IN-7).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -60,9 +60,12 @@ pub type HubConsumer = BaseConsumer<HubContext>;
 /// the normal state of an empty cluster, so it is logged at info, not error.
 ///
 /// The ingest consumer's context also keeps `Assignment` current on every rebalance.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct HubContext {
     assignment: Option<Arc<Assignment>>,
+    /// Set when an offset commit failed (reported later, for an asynchronous one): the
+    /// committer sends every durable position again.
+    commit_failed: AtomicBool,
 }
 
 impl rdkafka::client::ClientContext for HubContext {
@@ -83,6 +86,16 @@ impl rdkafka::client::ClientContext for HubContext {
 /// Logs each change of the consumer's partitions at info: when an engine makes no progress, an
 /// operator first asks which partitions it holds.
 impl rdkafka::consumer::ConsumerContext for HubContext {
+    /// A commit that fails during a rebalance (`REBALANCE_IN_PROGRESS`) is not retried by the
+    /// client; if it carried a partition's last position, nothing later would commit it.
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(e) = result {
+            // Expected around a rebalance (a revoked partition's position is refused too).
+            tracing::info!(error = %e, "offset commit failed; the positions are sent again");
+            self.commit_failed.store(true, Ordering::Release);
+        }
+    }
+
     fn post_rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -147,7 +160,10 @@ pub fn consumer(
             "session.timeout.ms",
             settings.session_timeout_ms.to_string(),
         )
-        .create_with_context(HubContext { assignment })
+        .create_with_context(HubContext {
+            assignment,
+            commit_failed: AtomicBool::new(false),
+        })
 }
 
 /// Copies a message out of librdkafka's buffers.
@@ -223,6 +239,7 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
         if last_sweep.elapsed() > Duration::from_secs(1) {
             publish_assignment(&consumer, &work.assignment);
             router.forget_unassigned();
+            committer.forget_unassigned();
             if router.held_back {
                 // Partitions assigned while held back start paused too.
                 router.hold_back(true);
@@ -277,11 +294,18 @@ fn check_broker(consumer: &HubConsumer, health: &crate::readiness::ComponentStat
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
 
 /// Positions shards reported durable, committed to Kafka in batches.
+///
+/// Every durable position is kept (not only the ones not yet sent) while the partition is
+/// assigned here: when a commit fails — during a rebalance an asynchronous commit can, and the
+/// client does not retry it — all of them are sent again, so a partition's last position is
+/// never left uncommitted for want of a later record.
 struct Committer<'c> {
     consumer: &'c HubConsumer,
     reports: mpsc::Receiver<Commit>,
-    /// The highest reported next offset per partition, not yet committed.
-    pending: HashMap<(String, i32), i64>,
+    /// The highest reported next offset per partition.
+    durable: HashMap<(String, i32), i64>,
+    /// Partitions whose position moved since the last commit.
+    moved: HashSet<(String, i32)>,
     last: Instant,
 }
 
@@ -290,41 +314,79 @@ impl<'c> Committer<'c> {
         Self {
             consumer,
             reports,
-            pending: HashMap::new(),
+            durable: HashMap::new(),
+            moved: HashSet::new(),
             last: Instant::now(),
         }
     }
 
     fn collect(&mut self) {
         while let Ok(c) = self.reports.try_recv() {
-            let e = self
-                .pending
-                .entry((c.topic, c.partition))
-                .or_insert(c.next_offset);
-            *e = (*e).max(c.next_offset);
+            let key = (c.topic, c.partition);
+            let e = self.durable.entry(key.clone()).or_insert(c.next_offset);
+            if c.next_offset >= *e {
+                *e = c.next_offset;
+                self.moved.insert(key);
+            }
         }
     }
 
-    /// Commits what was reported if `COMMIT_EVERY` has passed (or always, for `Sync`).
+    /// Commits what moved if `COMMIT_EVERY` has passed; everything still assigned after a
+    /// failed commit, and for the last (`Sync`) one.
     fn commit(&mut self, mode: CommitMode) {
         self.collect();
-        if self.pending.is_empty()
-            || (matches!(mode, CommitMode::Async) && self.last.elapsed() < COMMIT_EVERY)
-        {
+        if matches!(mode, CommitMode::Async) && self.last.elapsed() < COMMIT_EVERY {
+            return;
+        }
+        let failed = self
+            .consumer
+            .context()
+            .commit_failed
+            .swap(false, Ordering::AcqRel);
+        // The last commit of a stop sends everything: a failure of the one before it may not
+        // have been reported yet.
+        if failed || matches!(mode, CommitMode::Sync) {
+            self.forget_unassigned();
+            self.moved.extend(self.durable.keys().cloned());
+        }
+        if self.moved.is_empty() {
             return;
         }
         self.last = Instant::now();
         let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), next) in self.pending.drain() {
-            if let Err(e) = tpl.add_partition_offset(&topic, partition, Offset::Offset(next)) {
+        for key in self.moved.drain() {
+            let Some(next) = self.durable.get(&key) else {
+                continue;
+            };
+            let (topic, partition) = &key;
+            if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
                 tracing::warn!(error = %e, topic, partition, "bad commit position");
             }
         }
         if let Err(e) = self.consumer.commit(&tpl, mode) {
-            // Not fatal: the partition may have moved to another member; the new owner replays
-            // from the last commit and dedup absorbs the replay.
-            tracing::warn!(error = %e, "offset commit failed");
+            // Not fatal: sent again below; a partition that moved to another member is replayed
+            // by it from the last commit and dedup absorbs the replay.
+            tracing::info!(error = %e, "offset commit failed; the positions are sent again");
+            self.consumer
+                .context()
+                .commit_failed
+                .store(true, Ordering::Release);
         }
+    }
+
+    /// Drops positions of partitions this member no longer holds: their new owner commits them
+    /// (sending an old one again could move the group's position back).
+    fn forget_unassigned(&mut self) {
+        let Ok(assigned) = self.consumer.assignment() else {
+            return;
+        };
+        let owned: HashSet<(String, i32)> = assigned
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        self.durable.retain(|key, _| owned.contains(key));
+        self.moved.retain(|key| owned.contains(key));
     }
 }
 
@@ -408,7 +470,7 @@ impl Router<'_> {
         let Ok(assigned) = self.consumer.assignment() else {
             return;
         };
-        let owned: std::collections::HashSet<(String, i32)> = assigned
+        let owned: HashSet<(String, i32)> = assigned
             .elements()
             .iter()
             .map(|e| (e.topic().to_owned(), e.partition()))

@@ -255,6 +255,17 @@ impl Pair {
         );
         counts.values().map(|n| n - 1).sum()
     }
+
+    /// Waits for the group to commit every partition to its end: a commit that failed in a
+    /// rebalance once left a partition's last positions uncommitted for good.
+    async fn commits_caught_up(&self) {
+        wait_caught_up(
+            "lerian.streaming.lender",
+            &self.first_start.group,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
 }
 
 /// Kill -9 one of two static members with a 45 s session: 20 s after its lane holds lapse the
@@ -323,6 +334,7 @@ async fn r_op_1_a_killed_engines_jobs_are_delivered_by_the_other_and_it_takes_th
     );
     let want: HashSet<String> = want.into_iter().chain(more.into_keys()).collect();
     pair.all_delivered(&want).await;
+    pair.commits_caught_up().await;
     pair.first = Some(first);
     for engine in [pair.first.take(), Some(pair.second)].into_iter().flatten() {
         engine.stop();
@@ -351,6 +363,7 @@ async fn r_op_1_an_engine_stopped_gracefully_hands_its_partitions_over_without_r
     );
     // At most the attempts in flight (2 shards × 8 workers); a clean stop settles them.
     assert!(duplicates <= 16, "{duplicates} duplicates");
+    pair.commits_caught_up().await;
     pair.second.stop();
 }
 
@@ -384,6 +397,7 @@ async fn r_op_1_a_frozen_engine_is_fenced_out_and_repeats_only_unrecorded_attemp
     // finished whose outcomes waited for a step — as at a crash, 32 rounds of 8 workers on each
     // of 2 shards. Leased jobs not yet started are not attempted after the resume (the fence).
     assert!(duplicates <= 512, "{duplicates} duplicates");
+    pair.commits_caught_up().await;
     first.stop();
     pair.second.stop();
 }

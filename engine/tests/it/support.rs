@@ -532,13 +532,18 @@ fn try_offsets(
         .set("bootstrap.servers", KAFKA)
         .set("group.id", group)
         .create()?;
+    let partitions = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))?
+        .topics()
+        .first()
+        .map_or(0, |t| t.partitions().len() as i32);
     let mut tpl = TopicPartitionList::new();
-    for p in 0..8 {
+    for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
     let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-    let mut out = Vec::with_capacity(8);
-    for p in 0..8 {
+    let mut out = Vec::with_capacity(partitions as usize);
+    for p in 0..partitions {
         let c = committed
             .find_partition(topic, p)
             .and_then(|e| match e.offset() {
