@@ -262,15 +262,21 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
 /// Records which partitions this member owns now: shards claim only those, and delivery lanes
 /// follow them (`Assignment`).
 fn publish_assignment(consumer: &HubConsumer, assignment: &Assignment) {
-    let Ok(assigned) = consumer.assignment() else {
-        return;
-    };
-    let partitions: Vec<(String, i32)> = assigned
-        .elements()
-        .iter()
-        .map(|e| (e.topic().to_owned(), e.partition()))
-        .collect();
-    assignment.set(partitions);
+    if let Some(partitions) = assigned_partitions(consumer) {
+        assignment.set(partitions.into_iter().collect());
+    }
+}
+
+/// The partitions the group assigned this member, as the client knows them now.
+fn assigned_partitions(consumer: &HubConsumer) -> Option<HashSet<(String, i32)>> {
+    let assigned = consumer.assignment().ok()?;
+    Some(
+        assigned
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect(),
+    )
 }
 
 /// How often the consumer thread asks the brokers for metadata (readiness, R-OP-4).
@@ -377,14 +383,9 @@ impl<'c> Committer<'c> {
     /// Drops positions of partitions this member no longer holds: their new owner commits them
     /// (sending an old one again could move the group's position back).
     fn forget_unassigned(&mut self) {
-        let Ok(assigned) = self.consumer.assignment() else {
+        let Some(owned) = assigned_partitions(self.consumer) else {
             return;
         };
-        let owned: HashSet<(String, i32)> = assigned
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_owned(), e.partition()))
-            .collect();
         self.durable.retain(|key, _| owned.contains(key));
         self.moved.retain(|key| owned.contains(key));
     }
@@ -467,14 +468,9 @@ impl Router<'_> {
         if self.waiting.is_empty() {
             return;
         }
-        let Ok(assigned) = self.consumer.assignment() else {
+        let Some(owned) = assigned_partitions(self.consumer) else {
             return;
         };
-        let owned: HashSet<(String, i32)> = assigned
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_owned(), e.partition()))
-            .collect();
         self.waiting.retain(|key, _| owned.contains(key));
     }
 
