@@ -123,6 +123,7 @@ async fn ready(State(api): State<Arc<ApiState>>) -> (StatusCode, Json<serde_json
 async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     // Bounded: a store that stopped answering must not stall the scrape that shows it down.
     let pending = tokio::time::timeout(Duration::from_secs(1), api.store.pending_jobs()).await;
+    let (assignment_changes, lanes) = lanes_scraped(&api).await;
     crate::telemetry::Scrape {
         verdicts: api.snapshot(),
         phases: api.store.write_timings(),
@@ -135,8 +136,33 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
             .iter()
             .map(|c| (c.name, c.is_up()))
             .collect(),
+        lanes,
+        assignment_changes,
     }
     .render()
+}
+
+/// The ownership view for `/metrics` when lanes are partitions (by shard they never change, and
+/// 64 lanes' reads per scrape would be for nothing); none when the store does not answer in time.
+async fn lanes_scraped(
+    api: &ApiState,
+) -> (
+    Option<u64>,
+    Vec<(
+        crate::delivery::ownership::LaneOwned,
+        crate::store::LaneReport,
+    )>,
+) {
+    if api.ownership.numbering() != crate::delivery::ownership::Numbering::ByPartition {
+        return (None, Vec::new());
+    }
+    let (generation, lanes) = api.ownership.snapshot();
+    let asked = lanes.iter().map(|l| l.lane).collect();
+    let reports = tokio::time::timeout(Duration::from_secs(1), api.store.lane_report(asked)).await;
+    match reports {
+        Ok(Ok(reports)) => (Some(generation), lanes.into_iter().zip(reports).collect()),
+        _ => (Some(generation), Vec::new()),
+    }
 }
 
 /// The lanes this engine pages — the partitions the consumer group assigned it, strays it

@@ -58,7 +58,11 @@ pub fn store_failed(stage: FailedStage) {
 /// - `store_failures_total{stage}`: store calls that failed and are retried;
 /// - `delivery_pending_jobs`: jobs waiting in the store (absent when the store did not answer);
 /// - `component_up{component}`: readiness per component (R-OP-4), 1 up, 0 down;
-/// - `http_connections_refused_total`: connections a full listener closed at once.
+/// - `http_connections_refused_total`: connections a full listener closed at once;
+/// - with lanes numbered by partition (issue 18), per lane this engine pages:
+///   `delivery_lane_held{lane,shard,how,topic,partition}` (1 while its hold is this engine's) and
+///   `delivery_lane_pending_jobs{…}`, and `ownership_assignment_changes` (the consumer lag per
+///   partition is `kafka_consumer_lag`).
 #[derive(Debug, Default)]
 pub struct Scrape {
     pub verdicts: VerdictSnapshot,
@@ -66,6 +70,12 @@ pub struct Scrape {
     pub outcomes: Vec<(&'static str, u64)>,
     pub pending: Option<u64>,
     pub components: Vec<(&'static str, bool)>,
+    /// The lanes this engine pages, with the store's report of each (empty by shard).
+    pub lanes: Vec<(
+        crate::delivery::ownership::LaneOwned,
+        crate::store::LaneReport,
+    )>,
+    pub assignment_changes: Option<u64>,
 }
 
 impl Scrape {
@@ -181,6 +191,58 @@ impl Collector for Scrape {
         let refused = ConstCounter::new(hub_core::listener::refused_connections());
         let help = "Connections closed at once because the listener was full";
         one(e, ("http_connections_refused", help), refused)?;
+        self.encode_lanes(e)
+    }
+}
+
+impl Scrape {
+    /// The operator view of `/admin/ownership` as gauges (issue 18).
+    fn encode_lanes(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::delivery::ownership::Owned;
+        if let Some(changes) = self.assignment_changes {
+            let help = "Changes of this engine's partition assignment seen since its start";
+            one(
+                e,
+                ("ownership_assignment_changes", help),
+                ConstCounter::new(changes),
+            )?;
+        }
+        if self.lanes.is_empty() {
+            return Ok(());
+        }
+        let labels: Vec<[(&str, String); 5]> = self
+            .lanes
+            .iter()
+            .map(|(owned, _)| {
+                let (how, topic, partition) = match &owned.owned {
+                    Owned::Assigned { topic, partition } => {
+                        ("assigned", topic.clone(), partition.to_string())
+                    }
+                    Owned::Stray { .. } => ("stray", String::new(), String::new()),
+                    Owned::Shard => ("shard", String::new(), String::new()),
+                };
+                [
+                    ("lane", owned.lane.to_string()),
+                    ("shard", owned.shard.to_string()),
+                    ("how", how.to_owned()),
+                    ("topic", topic),
+                    ("partition", partition),
+                ]
+            })
+            .collect();
+        let help = "Whether this engine holds the lane's hold in the store (1) or waits for it (0)";
+        let mut held = e.encode_descriptor("delivery_lane_held", help, None, MetricType::Gauge)?;
+        for (l, (_, report)) in labels.iter().zip(&self.lanes) {
+            ConstGauge::new(i64::from(report.held_here)).encode(held.encode_family(l)?)?;
+        }
+        let help = "Jobs waiting in the lane";
+        let mut pending =
+            e.encode_descriptor("delivery_lane_pending_jobs", help, None, MetricType::Gauge)?;
+        for (l, (_, report)) in labels.iter().zip(&self.lanes) {
+            if let Some(n) = report.pending {
+                ConstGauge::new(n).encode(pending.encode_family(l)?)?;
+            }
+        }
         Ok(())
     }
 }
@@ -546,6 +608,24 @@ mod tests {
             outcomes: vec![("delivered", 7)],
             pending: Some(4),
             components: vec![("store", true), ("kafka", false)],
+            lanes: vec![(
+                crate::delivery::ownership::LaneOwned {
+                    lane: 65538,
+                    shard: 1,
+                    owned: crate::delivery::ownership::Owned::Assigned {
+                        topic: "lerian.streaming.lender".into(),
+                        partition: 2,
+                    },
+                },
+                crate::store::LaneReport {
+                    lane: 65538,
+                    holder: None,
+                    held_until_ms: None,
+                    held_here: true,
+                    pending: Some(5),
+                },
+            )],
+            assignment_changes: Some(3),
         }
         .render();
         for line in [
@@ -557,6 +637,9 @@ mod tests {
             "streaming_hub_delivery_pending_jobs 4",
             "streaming_hub_component_up{component=\"store\"} 1",
             "streaming_hub_component_up{component=\"kafka\"} 0",
+            "streaming_hub_ownership_assignment_changes_total 3",
+            "streaming_hub_delivery_lane_held{lane=\"65538\",shard=\"1\",how=\"assigned\",topic=\"lerian.streaming.lender\",partition=\"2\"} 1",
+            "streaming_hub_delivery_lane_pending_jobs{lane=\"65538\",shard=\"1\",how=\"assigned\",topic=\"lerian.streaming.lender\",partition=\"2\"} 5",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

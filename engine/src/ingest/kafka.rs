@@ -88,8 +88,14 @@ impl rdkafka::client::ClientContext for HubContext {
 impl rdkafka::consumer::ConsumerContext for HubContext {
     /// A commit that fails during a rebalance (`REBALANCE_IN_PROGRESS`) is not retried by the
     /// client; if it carried a partition's last position, nothing later would commit it.
-    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
-        if let Err(e) = result {
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        offsets: &TopicPartitionList,
+    ) {
+        // A commit can fail for some partitions only: their errors are in the list.
+        let partly = offsets.elements().iter().find_map(|e| e.error().err());
+        if let Some(e) = result.err().or(partly) {
             // Expected around a rebalance (a revoked partition's position is refused too).
             tracing::info!(error = %e, "offset commit failed; the positions are sent again");
             self.commit_failed.store(true, Ordering::Release);
