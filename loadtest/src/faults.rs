@@ -39,6 +39,7 @@ use crate::tally::Tally;
 use crate::workload::Generator;
 
 mod disk_full;
+mod kill_engine;
 
 /// The longest a run waits for any progress before it fails.
 const STALL_LIMIT: Duration = Duration::from_secs(180);
@@ -52,6 +53,8 @@ pub enum Fault {
     Outage(&'static str, u64),
     /// Fill the embedded store's disk for this many seconds, once.
     DiskFull(u64),
+    /// SIGKILL one engine of `--engines N` (on CQL) and do not restart it (issue 18).
+    KillEngine,
 }
 
 impl std::str::FromStr for Fault {
@@ -59,7 +62,8 @@ impl std::str::FromStr for Fault {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (kind, n) = s.split_once(':').ok_or_else(|| {
             format!(
-                "{s:?}: expected kill-9:<times>, <service>-outage:<seconds> or disk-full:<seconds>"
+                "{s:?}: expected kill-9:<times>, <service>-outage:<seconds>, disk-full:<seconds> \
+                 or kill-engine:1"
             )
         })?;
         let n: u64 = n
@@ -70,8 +74,11 @@ impl std::str::FromStr for Fault {
             "kafka-outage" => Ok(Fault::Outage("kafka", n)),
             "cassandra-outage" => Ok(Fault::Outage("cassandra", n)),
             "disk-full" => Ok(Fault::DiskFull(n)),
+            "kill-engine" if n == 1 => Ok(Fault::KillEngine),
+            "kill-engine" => Err(format!("{s:?}: one engine is killed: kill-engine:1")),
             other => Err(format!(
-                "unknown fault {other:?} (kill-9, kafka-outage, cassandra-outage, disk-full)"
+                "unknown fault {other:?} (kill-9, kafka-outage, cassandra-outage, disk-full, \
+                 kill-engine)"
             )),
         }
     }
@@ -85,6 +92,7 @@ impl Fault {
             Fault::Kill9(_) => "kill-9".into(),
             Fault::Outage(service, _) => format!("{service}-outage"),
             Fault::DiskFull(_) => "disk-full".into(),
+            Fault::KillEngine => "kill-engine".into(),
         }
     }
 
@@ -93,6 +101,7 @@ impl Fault {
             Fault::Kill9(n) => format!("kill -9 × {n}"),
             Fault::Outage(service, s) => format!("{service} stopped for {s} s"),
             Fault::DiskFull(s) => format!("disk full for {s} s"),
+            Fault::KillEngine => "kill -9 of one engine of several, not restarted".into(),
         }
     }
 }
@@ -463,6 +472,10 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
             args.store == StoreChoice::Embedded,
             "a full disk is the embedded store's fault: use --store embedded"
         ),
+        Fault::KillEngine => anyhow::ensure!(
+            args.store == StoreChoice::Cql && args.engines >= 2,
+            "kill-engine kills one engine of several: --store cql --engines 2 or more"
+        ),
         _ => {}
     }
     let run_id = format!("lt{}", &uuid::Uuid::now_v7().simple().to_string()[..16]);
@@ -552,8 +565,26 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
             held >> 20
         );
     }
-    let hub = Hub::start(&spec)?;
+    let mut hub = Hub::start(&spec)?;
+    // With several engines, `hub` is the one that is never killed; the first started is the
+    // victim of `kill-engine`.
+    let mut more_engines: Vec<Hub> = Vec::new();
+    for _ in 1..args.engines {
+        more_engines.push(Hub::start(&HubSpec {
+            port: hub::free_port()?,
+            ..spec
+        })?);
+    }
+    let victim =
+        (!more_engines.is_empty()).then(|| std::mem::replace(&mut hub, more_engines.remove(0)));
     let (hub, mut injections) = match fault {
+        Fault::KillEngine => {
+            let victim = victim.ok_or_else(|| anyhow::anyhow!("no engine to kill"))?;
+            let token = deliver::operator_token(data_dir.path())?;
+            let survivors: Vec<&Hub> = std::iter::once(&hub).chain(&more_engines).collect();
+            let injections = kill_engine::kill_engine(&ctx, victim, &survivors, &token).await?;
+            (hub, injections)
+        }
         Fault::Kill9(kills) => kill_nine(&ctx, hub, kills, args.seed).await?,
         Fault::Outage(service, seconds) => {
             let injections = outage(&ctx, &hub.url, service, seconds).await?;
@@ -578,6 +609,9 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     let seconds = ctx.t0.elapsed().as_secs_f64();
     let quarantined = quarantined(&hub, data_dir.path(), &run_id).await?;
     hub.stop()?;
+    for other in more_engines {
+        other.stop()?;
+    }
     let unique_delivered = ctx.delivered();
     let expected = ctx.expected;
     let (committed, max_lag) = follower.finish();
@@ -585,7 +619,7 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
 
     let duplicates = repeated(&tally);
     let bound = match fault {
-        Fault::Kill9(_) => unrecorded_at_once(args.store, &args.hub_env),
+        Fault::Kill9(_) | Fault::KillEngine => unrecorded_at_once(args.store, &args.hub_env),
         // The engine keeps running: nothing it attempted is forgotten.
         Fault::Outage(..) | Fault::DiskFull(_) => 0,
     };

@@ -161,8 +161,9 @@ async fn main() -> anyhow::Result<()> {
         command,
     };
     anyhow::ensure!(
-        cli.fault.is_none() || args.engines == 1,
-        "--fault runs one engine (the several-engine faults are the engine tests' `scale_out`)"
+        args.engines == 1 || matches!(cli.fault, None | Some(faults::Fault::KillEngine)),
+        "--fault with several engines is kill-engine:1 (the others are the engine tests' \
+         `scale_out`)"
     );
     if let Some(fault) = cli.fault {
         return fault_run(args, fault, cli.out).await;

@@ -49,6 +49,20 @@ async fn assigned(engine: &Engine, admin: &str) -> Option<BTreeSet<i64>> {
     )
 }
 
+/// The lanes `engine` pages as `how` (`assigned`, `stray`) and holds now.
+async fn lanes_held(engine: &Engine, admin: &str, how: &str) -> BTreeSet<u64> {
+    ownership(engine, admin).await["lanes"]
+        .as_array()
+        .map(|lanes| {
+            lanes
+                .iter()
+                .filter(|l| l["how"] == how && l["held_here"] == true)
+                .filter_map(|l| l["lane"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Whether `engine` holds the lane of every partition it is assigned (and is assigned some).
 async fn holds_its_assigned_lanes(engine: &Engine, admin: &str) -> bool {
     let view = ownership(engine, admin).await;
@@ -268,7 +282,7 @@ impl Pair {
     }
 }
 
-/// Kill -9 one of two static members with a 45 s session: 20 s after its lane holds lapse the
+/// Kill -9 one of two static members with a 45 s session: 10 s after its lane holds lapse the
 /// survivor adopts them as strays (before the group moves the partitions), every event is
 /// delivered; restarted under its id, the member gets its partitions back at once and asks for
 /// its lanes, the survivor gives them up, and the member delivers again.
@@ -278,8 +292,26 @@ async fn r_op_1_a_killed_engines_jobs_are_delivered_by_the_other_and_it_takes_th
     let _broker = exclusive_broker().await;
     let mut pair = Pair::start(45_000).await;
     let want = pair.deliver_a_third(EVENTS).await;
+    let first = pair.first.take().expect("first engine");
+    let its_lanes = lanes_held(&first, &pair.admin, "assigned").await;
+    assert!(!its_lanes.is_empty(), "the first engine holds lanes");
     let killed = std::time::Instant::now();
-    pair.first.take().expect("first engine").kill_9();
+    first.kill_9();
+    // The dead member's partitions stay assigned to it for its 45 s session; its lanes must be
+    // delivered again before that, by the survivor, as strays.
+    let adopted = eventually(Duration::from_secs(44), || async {
+        let strays = lanes_held(&pair.second, &pair.admin, "stray").await;
+        its_lanes.is_subset(&strays).then_some(())
+    })
+    .await;
+    assert!(
+        adopted.is_some(),
+        "the survivor delivers the dead member's lanes before its session ends"
+    );
+    eprintln!(
+        "the dead engine's lanes delivered again {:?} after the kill",
+        killed.elapsed()
+    );
     let duplicates = pair.all_delivered(&want).await;
     eprintln!(
         "every event delivered {:?} after the kill; {duplicates} duplicates",

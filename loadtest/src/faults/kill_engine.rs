@@ -1,0 +1,83 @@
+//! `kill-engine:1` with `--engines N` (issue 18): SIGKILL one engine of several on one CQL
+//! keyspace, mid-run, and do not restart it. The others must take its partitions and its jobs:
+//! the rebalance time reported is from the kill until the survivors hold every lane the dead
+//! engine held (by the group's reassignment or as strays, whichever comes first). Nothing may be
+//! lost; repeats are bounded as for any kill.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use super::{Ctx, Injection, STALL_LIMIT};
+use crate::hub::Hub;
+
+/// The lanes an engine holds now, from `/admin/ownership` (`how`: only lanes paged that way).
+async fn held_lanes(hub: &Hub, token: &str, how: Option<&str>) -> anyhow::Result<BTreeSet<u64>> {
+    let view: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/admin/ownership", hub.url))
+        .bearer_auth(token)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(view["lanes"]
+        .as_array()
+        .map(|lanes| {
+            lanes
+                .iter()
+                .filter(|l| l["held_here"] == true)
+                .filter(|l| how.is_none_or(|how| l["how"] == how))
+                .filter_map(|l| l["lane"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Kills `victim` at half the deliveries and waits until `survivors` hold all its lanes.
+pub(super) async fn kill_engine(
+    ctx: &Ctx<'_>,
+    victim: Hub,
+    survivors: &[&Hub],
+    token: &str,
+) -> anyhow::Result<Vec<Injection>> {
+    ctx.wait_for_share((1, 2), "the kill's moment").await?;
+    let lanes = held_lanes(&victim, token, Some("assigned")).await?;
+    let delivered_at = ctx.delivered();
+    let at_s = ctx.t0.elapsed().as_secs_f64();
+    victim.kill_9()?;
+    let killed = Instant::now();
+    eprintln!(
+        "[faults] killed one engine at {at_s:.1} s ({} lanes), {delivered_at} of {} delivered",
+        lanes.len(),
+        ctx.expected
+    );
+    loop {
+        let mut held = BTreeSet::new();
+        for hub in survivors {
+            held.extend(held_lanes(hub, token, None).await?);
+        }
+        if lanes.is_subset(&held) {
+            break;
+        }
+        anyhow::ensure!(
+            killed.elapsed() < STALL_LIMIT,
+            "the other engines did not take the killed engine's lanes within {STALL_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let taken = killed.elapsed().as_secs_f64();
+    eprintln!("[faults] the other engines hold its lanes {taken:.1} s after the kill");
+    Ok(vec![Injection {
+        n: 1,
+        at_s,
+        delivered_at,
+        recovered_after_s: taken,
+        duplicates: 0,
+        note: format!(
+            "{} lanes of the killed engine held by the others {taken:.1} s after the kill",
+            lanes.len()
+        ),
+        killed_at: Some(killed),
+        failed: None,
+    }])
+}
