@@ -16,7 +16,7 @@ use hub_core::error::ApiError;
 
 use crate::ingest::http::{ingest, HttpIngest};
 use crate::store::{
-    DlqObservation, ForensicsFilter, QuarantineRecord, RawHeader, Store, StoredEvent,
+    DlqObservation, ForensicsFilter, QuarantineRecord, RawHeader, Store, StoreError, StoredEvent,
 };
 use crate::verdict::{VerdictCounters, VerdictSnapshot};
 
@@ -156,27 +156,43 @@ async fn lanes_scraped(
     if api.ownership.numbering() != crate::delivery::ownership::Numbering::ByPartition {
         return (None, Vec::new());
     }
+    match lanes_reported(api, Duration::from_secs(1)).await {
+        Ok((generation, lanes)) => (Some(generation), lanes),
+        Err(_) => (Some(api.ownership.snapshot().0), Vec::new()),
+    }
+}
+
+/// This engine's lanes with the store's report of each (holder, pending), read within `limit`;
+/// with the assignment's generation.
+async fn lanes_reported(
+    api: &ApiState,
+    limit: Duration,
+) -> Result<
+    (
+        u64,
+        Vec<(
+            crate::delivery::ownership::LaneOwned,
+            crate::store::LaneReport,
+        )>,
+    ),
+    StoreError,
+> {
     let (generation, lanes) = api.ownership.snapshot();
     let asked = lanes.iter().map(|l| l.lane).collect();
-    let reports = tokio::time::timeout(Duration::from_secs(1), api.store.lane_report(asked)).await;
-    match reports {
-        Ok(Ok(reports)) => (Some(generation), lanes.into_iter().zip(reports).collect()),
-        _ => (Some(generation), Vec::new()),
-    }
+    let reports = tokio::time::timeout(limit, api.store.lane_report(asked))
+        .await
+        .map_err(|_| StoreError::Unavailable("the store did not answer in time".into()))??;
+    Ok((generation, lanes.into_iter().zip(reports).collect()))
 }
 
 /// The lanes this engine pages — the partitions the consumer group assigned it, strays it
 /// adopted — with who holds each in the store and how many jobs wait there (issue 18).
 async fn ownership(State(api): State<Arc<ApiState>>) -> Answer {
-    let (generation, lanes) = api.ownership.snapshot();
-    let asked = lanes.iter().map(|l| l.lane).collect();
-    let reports = tokio::time::timeout(Duration::from_secs(2), api.store.lane_report(asked))
+    let (generation, lanes) = lanes_reported(&api, Duration::from_secs(2))
         .await
-        .map_err(unavailable)?
         .map_err(unavailable)?;
     let lanes: Vec<serde_json::Value> = lanes
         .iter()
-        .zip(&reports)
         .map(|(owned, report)| {
             let mut lane = json!(owned);
             if let (Some(lane), serde_json::Value::Object(more)) =

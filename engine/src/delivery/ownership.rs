@@ -6,14 +6,14 @@
 //!   lanes by who holds them first.
 //! - **By partition** (CQL with Kafka): a lane is a Kafka partition (`partition_lane`); the jobs
 //!   of an event belong to the partition it came from. A shard pages the lanes of the partitions
-//!   the consumer group assigned to it (the consumer thread publishes its assignment here once a
-//!   second), so the engines share delivery as they share ingest. The store's lane hold (an LWT
+//!   the consumer group assigned to it (`ingest::assignment` publishes it here on every
+//!   rebalance), so the engines share delivery as they share ingest. The store's lane hold (an LWT
 //!   lease) stays the fence: one engine pages a lane at a time, whatever an assignment says.
 //!   Lanes nobody is assigned — a topic no engine reads any more, an HTTP-only source, the hub's
 //!   own events — are *strays*: an engine adopts one whose hold lapsed `STRAY_GRACE_MS` ago and
 //!   keeps it until its queues are empty or an engine assigned its partition asks for it.
 //!
-//! Pure bookkeeping: the consumer thread, the stray survey and the lanes call it; I/O is theirs.
+//! Pure bookkeeping: the rebalance callback, the stray survey and the lanes call it; I/O is theirs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

@@ -34,14 +34,10 @@ impl Assignment {
     /// The whole assignment after a rebalance (or a sweep).
     pub fn set(&self, partitions: Vec<(String, i32)>) {
         self.ownership.set_assignment(&partitions);
-        let now: HashSet<(String, i32)> = partitions.into_iter().collect();
-        let mut held = self
+        *self
             .partitions
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *held != now {
-            *held = now;
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = partitions.into_iter().collect();
     }
 
     /// Whether the group assigned this member `(topic, partition)`.

@@ -243,9 +243,12 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
             None => {}
         }
         if last_sweep.elapsed() > Duration::from_secs(1) {
-            publish_assignment(&consumer, &work.assignment);
-            router.forget_unassigned();
-            committer.forget_unassigned();
+            // One read of the assignment for the sweep's three users.
+            if let Some(owned) = assigned_partitions(&consumer) {
+                router.forget_unassigned(&owned);
+                committer.forget_unassigned(&owned);
+                work.assignment.set(owned.into_iter().collect());
+            }
             if router.held_back {
                 // Partitions assigned while held back start paused too.
                 router.hold_back(true);
@@ -358,7 +361,9 @@ impl<'c> Committer<'c> {
         // The last commit of a stop sends everything: a failure of the one before it may not
         // have been reported yet.
         if failed || matches!(mode, CommitMode::Sync) {
-            self.forget_unassigned();
+            if let Some(owned) = assigned_partitions(self.consumer) {
+                self.forget_unassigned(&owned);
+            }
             self.moved.extend(self.durable.keys().cloned());
         }
         if self.moved.is_empty() {
@@ -388,10 +393,7 @@ impl<'c> Committer<'c> {
 
     /// Drops positions of partitions this member no longer holds: their new owner commits them
     /// (sending an old one again could move the group's position back).
-    fn forget_unassigned(&mut self) {
-        let Some(owned) = assigned_partitions(self.consumer) else {
-            return;
-        };
+    fn forget_unassigned(&mut self, owned: &HashSet<(String, i32)>) {
         self.durable.retain(|key, _| owned.contains(key));
         self.moved.retain(|key| owned.contains(key));
     }
@@ -470,13 +472,7 @@ impl Router<'_> {
 
     /// Drops waiting records of partitions this member no longer owns: their new owner
     /// replays them from the last commit.
-    fn forget_unassigned(&mut self) {
-        if self.waiting.is_empty() {
-            return;
-        }
-        let Some(owned) = assigned_partitions(self.consumer) else {
-            return;
-        };
+    fn forget_unassigned(&mut self, owned: &HashSet<(String, i32)>) {
         self.waiting.retain(|key, _| owned.contains(key));
     }
 
