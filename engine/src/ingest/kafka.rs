@@ -87,7 +87,9 @@ impl rdkafka::client::ClientContext for HubContext {
 /// operator first asks which partitions it holds.
 impl rdkafka::consumer::ConsumerContext for HubContext {
     /// A commit that fails during a rebalance (`REBALANCE_IN_PROGRESS`) is not retried by the
-    /// client; if it carried a partition's last position, nothing later would commit it.
+    /// client; if it carried a partition's last position, nothing later would commit it. A
+    /// reported failure is resent at once; the committer's timed resend covers the ones
+    /// librdkafka does not report here.
     fn commit_callback(
         &self,
         result: rdkafka::error::KafkaResult<()>,
@@ -308,12 +310,19 @@ fn check_broker(consumer: &HubConsumer, health: &crate::readiness::ComponentStat
 /// longer replay after a crash, which dedup absorbs).
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
 
+/// How often every durable position of the assigned partitions is committed again, moved or
+/// not. An asynchronous commit refused during a rebalance (`ILLEGAL_GENERATION` while the member
+/// rejoins) is neither retried by librdkafka nor always reported to `commit_callback`; without
+/// this resend a partition whose last positions were refused would stay uncommitted until its
+/// next record. One small request per period per member.
+const RESEND_ALL_EVERY: Duration = Duration::from_secs(5);
+
 /// Positions shards reported durable, committed to Kafka in batches.
 ///
 /// Every durable position is kept (not only the ones not yet sent) while the partition is
-/// assigned here: when a commit fails — during a rebalance an asynchronous commit can, and the
-/// client does not retry it — all of them are sent again, so a partition's last position is
-/// never left uncommitted for want of a later record.
+/// assigned here: after a failed commit, every `RESEND_ALL_EVERY` and at the stop all of them
+/// are sent again, so a partition's last position is never left uncommitted for want of a
+/// later record.
 struct Committer<'c> {
     consumer: &'c HubConsumer,
     reports: mpsc::Receiver<Commit>,
@@ -322,6 +331,7 @@ struct Committer<'c> {
     /// Partitions whose position moved since the last commit.
     moved: HashSet<(String, i32)>,
     last: Instant,
+    last_resend_all: Instant,
 }
 
 impl<'c> Committer<'c> {
@@ -332,6 +342,7 @@ impl<'c> Committer<'c> {
             durable: HashMap::new(),
             moved: HashSet::new(),
             last: Instant::now(),
+            last_resend_all: Instant::now(),
         }
     }
 
@@ -347,7 +358,7 @@ impl<'c> Committer<'c> {
     }
 
     /// Commits what moved if `COMMIT_EVERY` has passed; everything still assigned after a
-    /// failed commit, and for the last (`Sync`) one.
+    /// failed commit, every `RESEND_ALL_EVERY`, and for the last (`Sync`) one.
     fn commit(&mut self, mode: CommitMode) {
         self.collect();
         if matches!(mode, CommitMode::Async) && self.last.elapsed() < COMMIT_EVERY {
@@ -360,7 +371,11 @@ impl<'c> Committer<'c> {
             .swap(false, Ordering::AcqRel);
         // The last commit of a stop sends everything: a failure of the one before it may not
         // have been reported yet.
-        if failed || matches!(mode, CommitMode::Sync) {
+        let due = self.last_resend_all.elapsed() >= RESEND_ALL_EVERY;
+        if failed || due || matches!(mode, CommitMode::Sync) {
+            self.last_resend_all = Instant::now();
+            // Only what is still assigned: an old position of a partition another member now
+            // holds could move the group's position back.
             if let Some(owned) = assigned_partitions(self.consumer) {
                 self.forget_unassigned(&owned);
             }
