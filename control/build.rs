@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "lerian/streaming/v1/catalog.proto",
         "lerian/streaming/v1/events.proto",
         "lerian/streaming/v1/deliveries.proto",
+        "lerian/streaming/v1/admin.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());

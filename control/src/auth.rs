@@ -67,6 +67,18 @@ impl Principal {
         }
     }
 
+    /// 403 unless the token has the operator `admin` permission: reads across every tenant
+    /// (the engines' ownership). A partner's relayed call never has it.
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        if self.partner.is_none() && self.permissions.iter().any(|g| g == "admin") {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "the operator admin permission is required",
+            ))
+        }
+    }
+
     /// 403 unless the token grants `p` (or operator `admin`).
     pub fn require(&self, p: Permission) -> Result<(), ApiError> {
         if self

@@ -5,6 +5,7 @@
 
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{SinkKind, Subscription};
+use hub_core::ownership::OwnershipView;
 use hub_core::views::{DeadLetterPage, EventPage, HealthView};
 
 use crate::auth::Principal;
@@ -114,5 +115,12 @@ impl Control {
     pub async fn delivery_health(&self, who: &Principal, id: &str) -> Result<HealthView, ApiError> {
         let sub = self.own(who, id, Operation::Health).await?;
         self.delivery_reader()?.health(&sub).await
+    }
+
+    /// `GET /v1/admin/ownership` (issue 18, operators only): every engine's lanes — the Kafka
+    /// partitions each was assigned, strays it adopted — with holds, pending jobs and lag.
+    pub async fn ownership(&self, who: &Principal) -> Result<OwnershipView, ApiError> {
+        who.require_operator()?;
+        self.delivery_reader()?.ownership().await
     }
 }

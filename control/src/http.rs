@@ -59,6 +59,7 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> Router {
         .route("/v1/subscriptions/{id}/dead-letters/replay", post(replay))
         .route("/v1/subscriptions/{id}/health", get(health))
         .route("/v1/catalog", get(catalog))
+        .route("/v1/admin/ownership", get(ownership))
         .route(
             "/v1/openapi.json",
             get(|| async { ([("content-type", "application/json")], OPENAPI) }),
@@ -475,6 +476,14 @@ async fn health(State(api): State<Api>, headers: HeaderMap, Path(id): Path<Strin
     let control = api.control.clone();
     authenticated(&api, &headers, |who| async move {
         shown(control.delivery_health(&who, &id).await)
+    })
+    .await
+}
+
+async fn ownership(State(api): State<Api>, headers: HeaderMap) -> Response {
+    let control = api.control.clone();
+    authenticated(&api, &headers, |who| async move {
+        shown(control.ownership(&who).await)
     })
     .await
 }

@@ -6,6 +6,7 @@
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::Subscription;
 use hub_core::outcomes::Relayed;
+use hub_core::ownership::OwnershipView;
 use hub_core::views::{DeadLetterPage, EventPage, HealthView};
 
 /// The engine's answers. The caller (`Control`, in `deliveries.rs`) has already checked the
@@ -44,6 +45,10 @@ pub trait DeliveryReader: Send + Sync + std::fmt::Debug {
         _sub: &Subscription,
         _since_ms: i64,
     ) -> Result<Vec<Relayed>, ApiError> {
+        Err(no_engine())
+    }
+    /// Every engine's last ownership report (issue 18): who delivers which partitions.
+    async fn ownership(&self) -> Result<OwnershipView, ApiError> {
         Err(no_engine())
     }
 }

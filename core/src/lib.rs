@@ -11,6 +11,7 @@ pub mod json;
 pub mod listener;
 pub mod model;
 pub mod outcomes;
+pub mod ownership;
 pub mod partners;
 pub mod record;
 pub mod redb_handle;

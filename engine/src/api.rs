@@ -16,7 +16,7 @@ use hub_core::error::ApiError;
 
 use crate::ingest::http::{ingest, HttpIngest};
 use crate::store::{
-    DlqObservation, ForensicsFilter, QuarantineRecord, RawHeader, Store, StoreError, StoredEvent,
+    DlqObservation, ForensicsFilter, QuarantineRecord, RawHeader, Store, StoredEvent,
 };
 use crate::verdict::{VerdictCounters, VerdictSnapshot};
 
@@ -30,7 +30,7 @@ pub struct ApiState {
     /// What `/ready`, `/health` and `hub_component_up` report (R-OP-4).
     pub readiness: crate::readiness::Readiness,
     /// The delivery lanes this engine pages (`/admin/ownership`).
-    pub ownership: Arc<crate::delivery::ownership::Ownership>,
+    pub reporter: crate::delivery::ownership_report::Reporter,
 }
 
 impl ApiState {
@@ -153,61 +153,26 @@ async fn lanes_scraped(
         crate::store::LaneReport,
     )>,
 ) {
-    if api.ownership.numbering() != crate::delivery::ownership::Numbering::ByPartition {
+    let ownership = &api.reporter.ownership;
+    if ownership.numbering() != crate::delivery::ownership::Numbering::ByPartition {
         return (None, Vec::new());
     }
-    match lanes_reported(api, Duration::from_secs(1)).await {
+    match api.reporter.lanes(Duration::from_secs(1)).await {
         Ok((generation, lanes)) => (Some(generation), lanes),
-        Err(_) => (Some(api.ownership.snapshot().0), Vec::new()),
+        Err(_) => (Some(ownership.snapshot().0), Vec::new()),
     }
-}
-
-/// This engine's lanes with the store's report of each (holder, pending), read within `limit`;
-/// with the assignment's generation.
-async fn lanes_reported(
-    api: &ApiState,
-    limit: Duration,
-) -> Result<
-    (
-        u64,
-        Vec<(
-            crate::delivery::ownership::LaneOwned,
-            crate::store::LaneReport,
-        )>,
-    ),
-    StoreError,
-> {
-    let (generation, lanes) = api.ownership.snapshot();
-    let asked = lanes.iter().map(|l| l.lane).collect();
-    let reports = tokio::time::timeout(limit, api.store.lane_report(asked))
-        .await
-        .map_err(|_| StoreError::Unavailable("the store did not answer in time".into()))??;
-    Ok((generation, lanes.into_iter().zip(reports).collect()))
 }
 
 /// The lanes this engine pages — the partitions the consumer group assigned it, strays it
-/// adopted — with who holds each in the store and how many jobs wait there (issue 18).
+/// adopted — with who holds each in the store, how many jobs wait there and the partition's
+/// consumer lag (issue 18; `hub_core::ownership`).
 async fn ownership(State(api): State<Arc<ApiState>>) -> Answer {
-    let (generation, lanes) = lanes_reported(&api, Duration::from_secs(2))
+    let report = api
+        .reporter
+        .report(Duration::from_secs(2))
         .await
         .map_err(unavailable)?;
-    let lanes: Vec<serde_json::Value> = lanes
-        .iter()
-        .map(|(owned, report)| {
-            let mut lane = json!(owned);
-            if let (Some(lane), serde_json::Value::Object(more)) =
-                (lane.as_object_mut(), json!(report))
-            {
-                lane.extend(more);
-            }
-            lane
-        })
-        .collect();
-    Ok(Json(json!({
-        "numbering": api.ownership.numbering(),
-        "assignment_generation": generation,
-        "lanes": lanes,
-    })))
+    Ok(Json(json!(report)))
 }
 
 #[derive(Debug, Deserialize)]

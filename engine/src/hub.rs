@@ -127,6 +127,12 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
     delivery.watch_backpressure(&store, &tokio);
     delivery.survey_strays(&store, &tokio);
+    let reporter = crate::delivery::ownership_report::Reporter {
+        ownership: delivery.ownership.clone(),
+        store: store.clone(),
+        instance: config.kafka_instance_id.clone(),
+    };
+    tokio.spawn(reporter.clone().publish(stop.clone()));
     let shards_done = Arc::new(AtomicBool::new(false));
     let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let kafka_state = config
@@ -137,7 +143,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         store: store.clone(),
         counters: all_counters,
         delivery: delivery.counters.clone(),
-        ownership: delivery.ownership.clone(),
+        reporter: reporter.clone(),
         readiness: Readiness {
             store: store.clone(),
             store_state: ComponentState::default(),

@@ -17,6 +17,7 @@ use hub_core::views::{
 
 use crate::delivery::autodisable::Policy;
 use crate::delivery::marks::MARK_EVERY_MS;
+use crate::delivery::ownership_report::PUBLISH_EVERY;
 use crate::delivery::pull::read_page;
 use crate::store::cql::CqlStore;
 use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, Store, StoredEvent};
@@ -187,6 +188,20 @@ impl DeliveryReader for StoreReader {
             .await
             .map(drop)
             .map_err(|e| e.to_string())
+    }
+
+    /// Reports older than three publishing periods are left out: their engine stopped (a
+    /// clean stop leaves its last report for the store's 30 s).
+    async fn ownership(&self) -> Result<hub_core::ownership::OwnershipView, ApiError> {
+        let fresh_after = crate::clock::now_ms()
+            - 3 * i64::try_from(PUBLISH_EVERY.as_millis()).unwrap_or(i64::MAX);
+        let mut engines = self
+            .store
+            .ownership_reports()
+            .await
+            .map_err(|e| store_down("ownership", &e))?;
+        engines.retain(|e| e.reported_at_ms >= fresh_after);
+        Ok(hub_core::ownership::OwnershipView { engines })
     }
 
     async fn watch_outcomes(&self, sub: &Subscription) -> Result<(), ApiError> {

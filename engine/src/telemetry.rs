@@ -540,6 +540,15 @@ impl AttemptSettled<'_> {
     }
 }
 
+/// A partition's consumer lag as librdkafka last reported it (the ownership report).
+pub fn consumer_lag(topic: &str, partition: i32) -> Option<i64> {
+    let labels = PartitionLabels {
+        topic: topic.to_owned(),
+        partition: partition.to_string(),
+    };
+    METRICS.consumer_lag.get(&labels).map(|g| g.get())
+}
+
 /// librdkafka's statistics: each assigned partition's consumer lag (`-1`, unknown, is dropped).
 pub fn kafka_statistics(stats: &rdkafka::Statistics) {
     for (topic, t) in &stats.topics {

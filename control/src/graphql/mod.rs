@@ -6,6 +6,7 @@
 
 mod deliveries;
 mod live;
+mod ownership;
 mod types;
 
 use std::sync::Arc;
@@ -38,7 +39,11 @@ pub type HubSchema = Schema<QueryRoot, MutationRoot, live::SubscriptionRoot>;
 
 /// Every query: the control plane's and the engine's.
 #[derive(MergedObject, Default, Debug)]
-pub struct QueryRoot(SubscriptionQueries, deliveries::DeliveryQueries);
+pub struct QueryRoot(
+    SubscriptionQueries,
+    deliveries::DeliveryQueries,
+    ownership::OwnershipQueries,
+);
 
 /// Every mutation.
 #[derive(MergedObject, Default, Debug)]

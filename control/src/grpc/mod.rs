@@ -4,6 +4,7 @@
 //! `x-idempotency` and `if-match` carry what the HTTP headers of the same names carry; an error is
 //! the status of its code with a `google.rpc.ErrorInfo` whose `reason` is the code (R-CP-18).
 
+mod admin;
 mod convert;
 mod deliveries;
 mod events;
@@ -66,6 +67,9 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> axum::Rout
         health
             .set_serving::<pb::deliveries_server::DeliveriesServer<Grpc>>()
             .await;
+        health
+            .set_serving::<pb::admin_server::AdminServer<Grpc>>()
+            .await;
     });
     let mut routes = axum::Router::new();
     routes = route(routes, health_service);
@@ -79,7 +83,11 @@ pub fn router(control: Arc<Control>, verifier: Arc<TokenVerifier>) -> axum::Rout
         routes,
         pb::dead_letters_server::DeadLettersServer::new(grpc.clone()),
     );
-    routes = route(routes, pb::deliveries_server::DeliveriesServer::new(grpc));
+    routes = route(
+        routes,
+        pb::deliveries_server::DeliveriesServer::new(grpc.clone()),
+    );
+    routes = route(routes, pb::admin_server::AdminServer::new(grpc));
     match tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::DESCRIPTOR)
         .build_v1()

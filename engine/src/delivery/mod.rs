@@ -31,6 +31,7 @@ pub mod lane;
 pub mod marks;
 pub mod matching;
 pub mod ownership;
+pub mod ownership_report;
 pub mod pacing;
 pub mod pull;
 pub mod recent;

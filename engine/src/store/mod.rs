@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use hub_core::ownership::EngineOwnership;
 use uuid::Uuid;
 
 pub use jobs::*;
@@ -236,16 +237,31 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(LaneSurveyFound::default())
     }
 
-    /// Who holds each of `lanes` and how many jobs wait there, for the operator view.
+    /// Who holds each of `lanes` and how many jobs wait there, for the operator view. Stores one
+    /// process holds: that process, always; no count per lane.
     async fn lane_report(&self, lanes: Vec<Lane>) -> Result<Vec<LaneReport>, StoreError> {
         Ok(lanes
             .into_iter()
             .map(|lane| LaneReport {
                 lane,
+                holder: Some(self.holder_id()),
+                held_here: true,
                 ..LaneReport::default()
             })
             .collect())
     }
+
+    /// This process's id where it holds lanes (the operator view's `engine`).
+    fn holder_id(&self) -> String {
+        "standalone".to_owned()
+    }
+
+    /// Keeps this engine's ownership report for the control plane (`hub_core::ownership`), until
+    /// a newer one or `REPORT_KEPT_S`.
+    async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError>;
+
+    /// Every engine's last ownership report still kept, by engine id.
+    async fn ownership_reports(&self) -> Result<Vec<EngineOwnership>, StoreError>;
 
     /// How many jobs wait (all lanes), for metrics and the load test.
     async fn pending_jobs(&self) -> Result<u64, StoreError>;

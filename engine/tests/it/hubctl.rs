@@ -26,7 +26,7 @@ fn hubctl_path() -> std::path::PathBuf {
     path
 }
 
-fn hubctl(addr: &str, token: Option<&str>, args: &[&str]) -> Output {
+pub(crate) fn hubctl(addr: &str, token: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(hubctl_path());
     cmd.arg("--addr").arg(addr).env_remove("HUBCTL_TOKEN");
     if let Some(t) = token {

@@ -14,6 +14,7 @@ mod ingest_http;
 mod ingest_kafka;
 mod keys;
 mod logs;
+mod ownership_view;
 mod partners;
 mod pull;
 mod pull_grpc;

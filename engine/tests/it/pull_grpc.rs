@@ -15,7 +15,7 @@ use crate::delivery::Setup;
 use crate::pull::{create_pull, ingest};
 use crate::support::*;
 
-fn authorized<T>(message: T, token: &str) -> Request<T> {
+pub(crate) fn authorized<T>(message: T, token: &str) -> Request<T> {
     let mut r = Request::new(message);
     r.metadata_mut().insert(
         "authorization",

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::delivery::{engine_env, produce_over, progresses_to, Tenant};
 use crate::receiver::Counter;
 use crate::support::*;
-use crate::two_process::eventually;
+use crate::two_process::{eventually, ControlProcess};
 
 const PARTITIONS: i32 = 4;
 const EVENTS: usize = 3_000;
@@ -432,6 +432,34 @@ async fn r_op_1_a_frozen_engine_is_fenced_out_and_repeats_only_unrecorded_attemp
     pair.commits_caught_up().await;
     first.stop();
     pair.second.stop();
+}
+
+/// The operator view across engines: a `hub-control serve` on the keyspace lists both engines,
+/// each with the partitions the group assigned it (between them every partition, once), the
+/// shard, hold, pending jobs and lag of each — over REST, GraphQL and gRPC, to operators only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_1_the_control_process_lists_which_engine_delivers_each_partition() {
+    let _broker = exclusive_broker().await;
+    let mut pair = Pair::start(6_000).await;
+    // Records read: each partition's consumer lag is known (librdkafka reports none before).
+    let want = pair.deliver_a_third(600).await;
+    pair.all_delivered(&want).await;
+    let port = free_port();
+    // The engines' data directory: the control process verifies the same tokens.
+    let control = ControlProcess::start(pair._dir.path(), port, &pair._env.vars);
+    control.wait_ready().await;
+    let tenant = token(pair._dir.path(), &pair.tenants[0], &["subscriptions:get"]);
+    crate::ownership_view::lists_every_engine(
+        &format!("http://127.0.0.1:{port}"),
+        &pair.admin,
+        &tenant,
+        (2, "lerian.streaming.lender", i64::from(PARTITIONS)),
+    )
+    .await;
+    control.stop();
+    for engine in [pair.first.take(), Some(pair.second)].into_iter().flatten() {
+        engine.stop();
+    }
 }
 
 /// Every stored (seq, event id) of `tenant`, in order, read through `/admin/events` a page at a

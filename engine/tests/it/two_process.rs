@@ -17,14 +17,18 @@ use crate::receiver::{Act, Receiver};
 use crate::support::*;
 
 /// A running `hub-control serve`.
-struct ControlProcess {
+pub(crate) struct ControlProcess {
     child: Child,
     http: String,
     log: std::path::PathBuf,
 }
 
 impl ControlProcess {
-    fn start(data_dir: &std::path::Path, port: u16, env: &[(String, String)]) -> ControlProcess {
+    pub(crate) fn start(
+        data_dir: &std::path::Path,
+        port: u16,
+        env: &[(String, String)],
+    ) -> ControlProcess {
         let log = data_dir.join("control.log");
         let file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hub-control"))
@@ -53,12 +57,12 @@ impl ControlProcess {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    async fn wait_ready(&self) {
+    pub(crate) async fn wait_ready(&self) {
         wait_ready(&self.http, "the control process").await;
     }
 
     /// SIGTERM, then a clean exit within a few seconds.
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         stop_gracefully(&mut self.child);
     }
 }

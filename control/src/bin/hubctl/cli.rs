@@ -42,6 +42,8 @@ pub enum Command {
     Health { id: String },
     /// The event types subscriptions may name.
     Catalog,
+    /// Which engine delivers which partitions (an operator token).
+    Ownership,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,6 +13,7 @@ use tonic::{Code, Request, Status};
 
 use cli::{Cli, Command, DeadLettersCommand, EventsCommand, SubsCommand};
 use hub_control::grpc::pb;
+use pb::admin_client::AdminClient;
 use pb::catalog_client::CatalogClient;
 use pb::dead_letters_client::DeadLettersClient;
 use pb::deliveries_client::DeliveriesClient;
@@ -116,6 +117,14 @@ async fn run(cli: &Cli) -> Result<(), Failure> {
                 .await?
                 .into_inner();
             render::catalog(cli.json, &list);
+            Ok(())
+        }
+        Command::Ownership => {
+            let view = AdminClient::new(channel)
+                .ownership(request(cli, pb::OwnershipRequest {}, &[])?)
+                .await?
+                .into_inner();
+            render::ownership(cli.json, &view);
             Ok(())
         }
     }

@@ -246,3 +246,51 @@ pub fn health(json: bool, h: &pb::DeliveryHealth) {
         println!("  {}", attempt_line(a));
     }
 }
+
+pub fn ownership(json: bool, view: &pb::OwnershipResponse) {
+    if json {
+        let engines: Vec<Value> = view
+            .engines
+            .iter()
+            .map(|e| {
+                let lanes: Vec<Value> = e
+                    .lanes
+                    .iter()
+                    .map(|l| {
+                        json!({"lane": l.lane, "shard": l.shard, "how": l.how, "topic": l.topic,
+                            "partition": l.partition, "adopted_at_ms": l.adopted_at_ms,
+                            "lag": l.lag, "holder": l.holder, "held_until_ms": l.held_until_ms,
+                            "held_here": l.held_here, "pending": l.pending})
+                    })
+                    .collect();
+                json!({"engine": e.engine, "instance": e.instance, "numbering": e.numbering,
+                    "assignment_generation": e.assignment_generation,
+                    "reported_at_ms": e.reported_at_ms, "lanes": lanes})
+            })
+            .collect();
+        return print_json(&json!({ "engines": engines }));
+    }
+    let shown = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    println!(
+        "{:<36}  {:>5}  {:<8}  {:<32}  {:>8}  {:>8}  HELD",
+        "ENGINE", "SHARD", "HOW", "PARTITION", "LAG", "PENDING"
+    );
+    for e in &view.engines {
+        for l in &e.lanes {
+            let partition = match (&l.topic, l.partition) {
+                (Some(t), Some(p)) => format!("{t}[{p}]"),
+                _ => format!("lane {}", l.lane),
+            };
+            println!(
+                "{:<36}  {:>5}  {:<8}  {:<32}  {:>8}  {:>8}  {}",
+                e.instance.as_deref().unwrap_or(&e.engine),
+                l.shard,
+                l.how,
+                partition,
+                shown(l.lag.map(|n| n.to_string())),
+                shown(l.pending.map(|n| n.to_string())),
+                if l.held_here { "yes" } else { "no" }
+            );
+        }
+    }
+}

@@ -35,6 +35,8 @@ pub struct JobStatements {
     pub lane_want: PreparedStatement,
     pub lane_wanted: PreparedStatement,
     pub count_lane: PreparedStatement,
+    pub ownership_put: PreparedStatement,
+    pub ownership_all: PreparedStatement,
     pub dead_put: PreparedStatement,
     pub dead_page: PreparedStatement,
     pub dead_delete: PreparedStatement,
@@ -150,6 +152,12 @@ impl JobStatements {
             )
             .await?,
             count_lane: p("SELECT n FROM job_counts WHERE lane = ?", Plain).await?,
+            ownership_put: p(
+                "INSERT INTO engine_ownership (engine, report) VALUES (?, ?)",
+                Plain,
+            )
+            .await?,
+            ownership_all: p("SELECT report FROM engine_ownership", Plain).await?,
             dead_put: p(
                 "INSERT INTO dead_letters (tenant, subscription, id, letter) VALUES (?, ?, ?, ?) \
                  USING TTL ?",

@@ -27,6 +27,7 @@ mod lanes;
 mod log;
 mod lwt;
 mod outcomes;
+mod ownership;
 mod paging;
 mod pull;
 pub mod relay;
@@ -361,6 +362,23 @@ impl Store for CqlStore {
         lanes: Vec<super::Lane>,
     ) -> Result<Vec<super::LaneReport>, StoreError> {
         self.report(lanes).await
+    }
+
+    fn holder_id(&self) -> String {
+        self.holds.owner.to_string()
+    }
+
+    async fn publish_ownership(
+        &self,
+        report: &hub_core::ownership::EngineOwnership,
+    ) -> Result<(), StoreError> {
+        self.put_ownership(report).await
+    }
+
+    async fn ownership_reports(
+        &self,
+    ) -> Result<Vec<hub_core::ownership::EngineOwnership>, StoreError> {
+        self.all_ownership().await
     }
 
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {

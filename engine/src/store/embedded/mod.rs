@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use hub_core::ownership::EngineOwnership;
 use hub_core::redb_handle::{DbHandle, StorageFailure};
 use redb::{Database, ReadableTable};
 use uuid::Uuid;
@@ -42,6 +43,8 @@ pub struct EmbeddedStore {
     retention: super::Retention,
     /// Where the next retention pass goes on walking dead letters.
     dead_letter_cursor: Arc<std::sync::Mutex<retention::DeadLetterCursor>>,
+    /// The engine's ownership report: one process writes and reads it, so it stays in memory.
+    ownership: Arc<std::sync::Mutex<Option<EngineOwnership>>>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -94,6 +97,7 @@ impl EmbeddedStore {
             commits,
             retention: super::Retention::default(),
             dead_letter_cursor: Arc::default(),
+            ownership: Arc::default(),
         })
     }
 
@@ -119,6 +123,23 @@ impl EmbeddedStore {
 
 #[async_trait]
 impl Store for EmbeddedStore {
+    async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError> {
+        if let Ok(mut kept) = self.ownership.lock() {
+            *kept = Some(report.clone());
+        }
+        Ok(())
+    }
+
+    async fn ownership_reports(&self) -> Result<Vec<EngineOwnership>, StoreError> {
+        Ok(self
+            .ownership
+            .lock()
+            .ok()
+            .and_then(|kept| kept.clone())
+            .into_iter()
+            .collect())
+    }
+
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
         let unit = unit.clone();
         self.blocking(move |db| {
