@@ -104,6 +104,33 @@ impl rdkafka::consumer::ConsumerContext for HubContext {
         }
     }
 
+    /// Before partitions go: the shards stop writing them, and this waits (up to
+    /// `REVOKE_WAIT`) for the writes under way, so the group hands them to the next owner only
+    /// once no batch of this member still races its replay (`ingest::assignment`).
+    fn pre_rebalance(
+        &self,
+        _consumer: &BaseConsumer<Self>,
+        rebalance: &rdkafka::consumer::Rebalance<'_>,
+    ) {
+        let (Some(assignment), rdkafka::consumer::Rebalance::Revoke(list)) =
+            (&self.assignment, rebalance)
+        else {
+            return;
+        };
+        let revoked: Vec<(String, i32)> = list
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        let started = Instant::now();
+        if !assignment.revoke(&revoked, REVOKE_WAIT) {
+            tracing::warn!(
+                waited = ?started.elapsed(),
+                "writes of revoked partitions still under way; their next owner may race them"
+            );
+        }
+    }
+
     fn post_rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -289,6 +316,10 @@ fn assigned_partitions(consumer: &HubConsumer) -> Option<HashSet<(String, i32)>>
             .collect(),
     )
 }
+
+/// How long a revocation waits for the revoked partitions' writes under way (a batch on a
+/// loaded CQL store takes well under a second; a store that stopped answering is not waited for).
+const REVOKE_WAIT: Duration = Duration::from_secs(10);
 
 /// How often the consumer thread asks the brokers for metadata (readiness, R-OP-4).
 const BROKER_CHECK_EVERY: Duration = Duration::from_secs(5);

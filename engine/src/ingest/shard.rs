@@ -14,7 +14,7 @@ use super::jobs::JobRouting;
 use super::kafka::Commit;
 use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
 use crate::runtime::{shard_sleep, TokioBridge};
-use crate::store::{Fence, IngestBatch, Store, StoreError, UnitId};
+use crate::store::{BatchOutcome, Fence, IngestBatch, Store, StoreError, UnitId};
 use crate::verdict::{topic_source, VerdictCounters, VerdictLimits};
 
 /// What a shard's ingest stage needs.
@@ -83,11 +83,11 @@ impl ShardIngest {
         let batch = Arc::new(batch);
         let mut backoff = Duration::from_millis(50);
         loop {
-            let f = match fence {
-                Some(f) => f,
-                None if !self.assignment.holds(&unit.topic, unit.partition) => {
+            match self.try_once(&unit, &mut fence, &batch).await {
+                Try::Revoked => {
                     // Queued before a revocation: the partition's new owner replays these
-                    // records from the last commit. Claiming would fence that owner out.
+                    // records from the last commit. Claiming would fence that owner out, and
+                    // writing under the old claim would race its replay.
                     tracing::debug!(
                         topic = unit.topic,
                         partition = unit.partition,
@@ -96,51 +96,11 @@ impl ShardIngest {
                     );
                     return (unit, None);
                 }
-                None => match self
-                    .call(|s, u| async move { s.claim_unit(&u).await }, &unit)
-                    .await
-                {
-                    Ok((f, _)) => {
-                        fence = Some(f);
-                        f
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "claim failed; retrying");
-                        shard_sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                        continue;
-                    }
-                },
-            };
-            let b = batch.clone();
-            match self
-                .call(
-                    move |s, u| async move { s.write_batch(&u, f, b).await },
-                    &unit,
-                )
-                .await
-            {
-                Ok(outcome) => {
-                    self.counters
-                        .count_duplicates(outcome.duplicates.len() as u64);
-                    if let Some(o) = &self.observer {
-                        o.observe(&distinct_keys(&batch.events));
-                    }
-                    if let Some(r) = &self.routing {
-                        r.written(&batch, &outcome);
-                    }
-                    if let Some(next) = batch.next_offset {
-                        // The receiver lives as long as the consumer thread; if it is gone the
-                        // engine is stopping and the position is simply replayed next time.
-                        let _ = self.commits.send(Commit {
-                            topic: unit.topic.clone(),
-                            partition: unit.partition,
-                            next_offset: next,
-                        });
-                    }
+                Try::Written(outcome) => {
+                    self.written(&unit, &batch, &outcome);
                     return (unit, fence);
                 }
-                Err(StoreError::Fenced { .. }) => {
+                Try::Fenced => {
                     fence = None;
                     if !self.assignment.holds(&unit.topic, unit.partition) {
                         tracing::info!(
@@ -158,16 +118,74 @@ impl ShardIngest {
                         partition = unit.partition,
                         "unit claimed by a stale member while this one holds the partition; claiming it back"
                     );
-                    shard_sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
-                Err(e) => {
+                Try::ClaimFailed(e) => {
+                    tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "claim failed; retrying");
+                }
+                Try::WriteFailed(e) => {
                     crate::telemetry::store_failed(crate::telemetry::FailedStage::IngestBatch);
                     tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "batch not durable; retrying");
-                    shard_sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
+            shard_sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// One try at a unit's batch — its claim when there is no fence, then the write — while
+    /// this member holds the partition, under a `WriteGuard` so that a revocation waits for it.
+    /// Sleeps between tries happen outside the guard.
+    async fn try_once(
+        &self,
+        unit: &UnitId,
+        fence: &mut Option<Fence>,
+        batch: &Arc<IngestBatch>,
+    ) -> Try {
+        let Some(_writing) = self.assignment.begin_write(&unit.topic, unit.partition) else {
+            return Try::Revoked;
+        };
+        let f = match *fence {
+            Some(f) => f,
+            None => match self
+                .call(|s, u| async move { s.claim_unit(&u).await }, unit)
+                .await
+            {
+                Ok((f, _)) => *fence.insert(f),
+                Err(e) => return Try::ClaimFailed(e),
+            },
+        };
+        let b = batch.clone();
+        match self
+            .call(
+                move |s, u| async move { s.write_batch(&u, f, b).await },
+                unit,
+            )
+            .await
+        {
+            Ok(outcome) => Try::Written(outcome),
+            Err(StoreError::Fenced { .. }) => Try::Fenced,
+            Err(e) => Try::WriteFailed(e),
+        }
+    }
+
+    /// After a durable batch: counters, the catalog, the jobs' hand-over, the position to commit.
+    fn written(&self, unit: &UnitId, batch: &IngestBatch, outcome: &BatchOutcome) {
+        self.counters
+            .count_duplicates(outcome.duplicates.len() as u64);
+        if let Some(o) = &self.observer {
+            o.observe(&distinct_keys(&batch.events));
+        }
+        if let Some(r) = &self.routing {
+            r.written(batch, outcome);
+        }
+        if let Some(next) = batch.next_offset {
+            // The receiver lives as long as the consumer thread; if it is gone the engine is
+            // stopping and the position is simply replayed next time.
+            let _ = self.commits.send(Commit {
+                topic: unit.topic.clone(),
+                partition: unit.partition,
+                next_offset: next,
+            });
         }
     }
 
@@ -184,6 +202,17 @@ impl ShardIngest {
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?
     }
+}
+
+/// How one try at a unit's batch ended.
+enum Try {
+    /// This member no longer holds the partition.
+    Revoked,
+    Written(BatchOutcome),
+    /// A newer generation owns the unit.
+    Fenced,
+    ClaimFailed(StoreError),
+    WriteFailed(StoreError),
 }
 
 /// Splits a pass into per-unit record lists, keeping each unit's record order.
