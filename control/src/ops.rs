@@ -82,8 +82,8 @@ pub fn with_ops(app: Router, control: Arc<Control>) -> Router {
     app.merge(ops)
 }
 
-/// Asks each component: the control store (a read), and the engine's store when this process
-/// reads one.
+/// Asks each component: the control store (a read, and whether its writes land), and the
+/// engine's store when this process reads one.
 async fn checks(control: &Control) -> Vec<Check> {
     let store = async {
         match tokio::time::timeout(
@@ -92,7 +92,8 @@ async fn checks(control: &Control) -> Vec<Check> {
         )
         .await
         {
-            Ok(Ok(_)) => None,
+            // Reads can work on a full disk while no write lands.
+            Ok(Ok(_)) => control.store.write_failure(),
             Ok(Err(e)) => Some(e.to_string()),
             Err(_) => Some(format!("no answer within {CHECK_WITHIN:?}")),
         }

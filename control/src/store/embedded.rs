@@ -99,6 +99,22 @@ impl EmbeddedControlStore {
             .await
             .map_err(unavailable)?
     }
+
+    /// `blocking` for a write transaction: a write that fails for want of storage is remembered
+    /// until one lands (readiness reports it: reads may still work on a full disk).
+    async fn write<T, F>(&self, work: F) -> Result<T, ControlStoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database) -> Result<T, ControlStoreError> + Send + 'static,
+    {
+        let written = self.blocking(work).await;
+        match &written {
+            Ok(_) => self.db.note_landed(),
+            Err(e) if e.is_storage_failure() => self.db.note_failed(e),
+            Err(_) => {}
+        }
+        written
+    }
 }
 
 /// Appends a change with the next revision number.
@@ -124,9 +140,13 @@ fn log_change(
 
 #[async_trait]
 impl ControlStore for EmbeddedControlStore {
+    fn write_failure(&self) -> Option<String> {
+        self.db.write_failure()
+    }
+
     async fn create(&self, sub: &Subscription) -> Result<(), ControlStoreError> {
         let sub = sub.clone();
-        self.blocking(move |db| {
+        self.write(move |db| {
             let txn = db.begin_write().map_err(unavailable)?;
             {
                 let mut names = txn.open_table(NAMES).map_err(unavailable)?;
@@ -198,7 +218,7 @@ impl ControlStore for EmbeddedControlStore {
 
     async fn replace(&self, sub: &Subscription, expected: u64) -> Result<(), ControlStoreError> {
         let sub = sub.clone();
-        self.blocking(move |db| {
+        self.write(move |db| {
             let txn = db.begin_write().map_err(unavailable)?;
             {
                 let mut subs = txn.open_table(SUBS).map_err(unavailable)?;
@@ -265,7 +285,7 @@ impl ControlStore for EmbeddedControlStore {
         times: IdemTimes,
     ) -> Result<IdemBegin, ControlStoreError> {
         let (tenant, key) = (tenant.to_owned(), key.to_owned());
-        self.blocking(move |db| {
+        self.write(move |db| {
             let txn = db.begin_write().map_err(unavailable)?;
             let decision = {
                 let mut idem = txn.open_table(IDEM).map_err(unavailable)?;
@@ -330,7 +350,7 @@ impl EmbeddedControlStore {
         record: Option<IdemRecord>,
     ) -> Result<(), ControlStoreError> {
         let (tenant, key) = (tenant.to_owned(), key.to_owned());
-        self.blocking(move |db| {
+        self.write(move |db| {
             let txn = db.begin_write().map_err(unavailable)?;
             {
                 let mut idem = txn.open_table(IDEM).map_err(unavailable)?;
@@ -386,6 +406,11 @@ mod tests {
             assert!(made < 1000, "the disk never filled");
         };
         assert!(failure.contains("No space left"), "says why: {failure}");
+        let reported = store.write_failure().unwrap_or_default();
+        assert!(
+            reported.contains("No space left"),
+            "readiness learns it: {reported:?}"
+        );
 
         std::fs::remove_file(dir.path().join("filler")).expect("space freed");
         let mut resumed = false;
@@ -397,6 +422,7 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         assert!(resumed, "changes resume once space is freed");
+        assert_eq!(store.write_failure(), None, "and readiness with them");
         let live = store.list("t-full", None, 1000).await.expect("list");
         assert_eq!(
             live.len(),

@@ -119,6 +119,13 @@ impl IdemRecord {
 
 #[async_trait]
 pub trait ControlStore: Send + Sync + std::fmt::Debug {
+    /// Why writes fail now, when the store knows it without trying one (the embedded store
+    /// keeps its last failed write until one lands; a full disk still serves reads). Readiness
+    /// reports it.
+    fn write_failure(&self) -> Option<String> {
+        None
+    }
+
     /// Stores a new subscription (revision 1); `NameTaken` if a live one of the tenant has its
     /// name. Appends to the revision log.
     async fn create(&self, sub: &Subscription) -> Result<(), ControlStoreError>;
