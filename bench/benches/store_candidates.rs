@@ -254,10 +254,10 @@ fn measure<M: Measurement>(c: &mut Criterion<M>, name: &str, candidate: &mut dyn
                 candidate.write_group(&rows);
             })
         });
-        let rows = rows(n, 0);
-        candidate.write_group(&rows);
+        let stored = rows(n, 0);
+        candidate.write_group(&stored);
         group.bench_function(format!("{name}_delivery_step_{n}_jobs"), |b| {
-            b.iter(|| candidate.step(&rows))
+            b.iter(|| candidate.step(&stored))
         });
     }
     group.finish();

@@ -61,7 +61,3 @@ pub struct LaneOwnership {
 pub struct OwnershipView {
     pub engines: Vec<EngineOwnership>,
 }
-
-/// How long an engine's report is kept without a newer one: an engine that stopped reporting
-/// for this long is gone (it reports every few seconds).
-pub const REPORT_KEPT_S: i32 = 30;

@@ -144,21 +144,13 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
 
 /// The ownership view for `/metrics` when lanes are partitions (by shard they never change, and
 /// 64 lanes' reads per scrape would be for nothing); none when the store does not answer in time.
-async fn lanes_scraped(
-    api: &ApiState,
-) -> (
-    Option<u64>,
-    Vec<(
-        crate::delivery::ownership::LaneOwned,
-        crate::store::LaneReport,
-    )>,
-) {
+async fn lanes_scraped(api: &ApiState) -> (Option<u64>, Vec<hub_core::ownership::LaneOwnership>) {
     let ownership = &api.reporter.ownership;
     if ownership.numbering() != crate::delivery::ownership::Numbering::ByPartition {
         return (None, Vec::new());
     }
-    match api.reporter.lanes(Duration::from_secs(1)).await {
-        Ok((generation, lanes)) => (Some(generation), lanes),
+    match api.reporter.report(Duration::from_secs(1)).await {
+        Ok(report) => (Some(report.assignment_generation), report.lanes),
         Err(_) => (Some(ownership.snapshot().0), Vec::new()),
     }
 }

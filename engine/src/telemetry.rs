@@ -70,11 +70,8 @@ pub struct Scrape {
     pub outcomes: Vec<(&'static str, u64)>,
     pub pending: Option<u64>,
     pub components: Vec<(&'static str, bool)>,
-    /// The lanes this engine pages, with the store's report of each (empty by shard).
-    pub lanes: Vec<(
-        crate::delivery::ownership::LaneOwned,
-        crate::store::LaneReport,
-    )>,
+    /// The lanes this engine pages, as its ownership report shows them (empty by shard).
+    pub lanes: Vec<hub_core::ownership::LaneOwnership>,
     pub assignment_changes: Option<u64>,
 }
 
@@ -198,7 +195,6 @@ impl Collector for Scrape {
 impl Scrape {
     /// The operator view of `/admin/ownership` as gauges (issue 18).
     fn encode_lanes(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use crate::delivery::ownership::Owned;
         if let Some(changes) = self.assignment_changes {
             let help = "Changes of this engine's partition assignment seen since its start";
             one(
@@ -213,33 +209,29 @@ impl Scrape {
         let labels: Vec<[(&str, String); 5]> = self
             .lanes
             .iter()
-            .map(|(owned, _)| {
-                let (how, topic, partition) = match &owned.owned {
-                    Owned::Assigned { topic, partition } => {
-                        ("assigned", topic.clone(), partition.to_string())
-                    }
-                    Owned::Stray { .. } => ("stray", String::new(), String::new()),
-                    Owned::Shard => ("shard", String::new(), String::new()),
-                };
+            .map(|l| {
                 [
-                    ("lane", owned.lane.to_string()),
-                    ("shard", owned.shard.to_string()),
-                    ("how", how.to_owned()),
-                    ("topic", topic),
-                    ("partition", partition),
+                    ("lane", l.lane.to_string()),
+                    ("shard", l.shard.to_string()),
+                    ("how", l.how.clone()),
+                    ("topic", l.topic.clone().unwrap_or_default()),
+                    (
+                        "partition",
+                        l.partition.map(|p| p.to_string()).unwrap_or_default(),
+                    ),
                 ]
             })
             .collect();
         let help = "Whether this engine holds the lane's hold in the store (1) or waits for it (0)";
         let mut held = e.encode_descriptor("delivery_lane_held", help, None, MetricType::Gauge)?;
-        for (l, (_, report)) in labels.iter().zip(&self.lanes) {
-            ConstGauge::new(i64::from(report.held_here)).encode(held.encode_family(l)?)?;
+        for (l, lane) in labels.iter().zip(&self.lanes) {
+            ConstGauge::new(i64::from(lane.held_here)).encode(held.encode_family(l)?)?;
         }
         let help = "Jobs waiting in the lane";
         let mut pending =
             e.encode_descriptor("delivery_lane_pending_jobs", help, None, MetricType::Gauge)?;
-        for (l, (_, report)) in labels.iter().zip(&self.lanes) {
-            if let Some(n) = report.pending {
+        for (l, lane) in labels.iter().zip(&self.lanes) {
+            if let Some(n) = lane.pending {
                 ConstGauge::new(n).encode(pending.encode_family(l)?)?;
             }
         }
@@ -617,23 +609,19 @@ mod tests {
             outcomes: vec![("delivered", 7)],
             pending: Some(4),
             components: vec![("store", true), ("kafka", false)],
-            lanes: vec![(
-                crate::delivery::ownership::LaneOwned {
-                    lane: 65538,
-                    shard: 1,
-                    owned: crate::delivery::ownership::Owned::Assigned {
-                        topic: "lerian.streaming.lender".into(),
-                        partition: 2,
-                    },
-                },
-                crate::store::LaneReport {
-                    lane: 65538,
-                    holder: None,
-                    held_until_ms: None,
-                    held_here: true,
-                    pending: Some(5),
-                },
-            )],
+            lanes: vec![hub_core::ownership::LaneOwnership {
+                lane: 65538,
+                shard: 1,
+                how: "assigned".into(),
+                topic: Some("lerian.streaming.lender".into()),
+                partition: Some(2),
+                adopted_at_ms: None,
+                lag: Some(0),
+                holder: None,
+                held_until_ms: None,
+                held_here: true,
+                pending: Some(5),
+            }],
             assignment_changes: Some(3),
         }
         .render();

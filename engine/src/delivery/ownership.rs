@@ -18,8 +18,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use serde::Serialize;
-
 use crate::ingest::router::shard_for;
 use crate::store::Lane;
 
@@ -34,11 +32,21 @@ pub const MAX_LANES: Lane = 64;
 pub const STRAY_GRACE_MS: i64 = 10_000;
 
 /// How a job's lane is numbered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Numbering {
     ByShard,
     ByPartition,
+}
+
+impl Numbering {
+    /// As the operator view names it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Numbering::ByShard => "by_shard",
+            Numbering::ByPartition => "by_partition",
+        }
+    }
 }
 
 /// The lane of a Kafka partition: 15 bits of the topic's hash above the partition's 16 bits
@@ -54,8 +62,7 @@ pub fn partition_lane(topic: &str, partition: i32) -> Lane {
 }
 
 /// Why a shard pages a lane.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "how", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owned {
     /// The group assigned this engine the partition.
     Assigned { topic: String, partition: i32 },
@@ -65,12 +72,23 @@ pub enum Owned {
     Shard,
 }
 
-/// One lane as the operator view shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+impl Owned {
+    /// As the operator view names it (`how`).
+    #[must_use]
+    pub fn how(&self) -> &'static str {
+        match self {
+            Owned::Assigned { .. } => "assigned",
+            Owned::Stray { .. } => "stray",
+            Owned::Shard => "shard",
+        }
+    }
+}
+
+/// One lane this engine pages (`ownership_report` makes the operator view of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneOwned {
     pub lane: Lane,
     pub shard: usize,
-    #[serde(flatten)]
     pub owned: Owned,
 }
 

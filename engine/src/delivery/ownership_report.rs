@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hub_core::ownership::{EngineOwnership, LaneOwnership};
 
-use super::ownership::{LaneOwned, Numbering, Owned, Ownership};
+use super::ownership::{LaneOwned, Owned, Ownership};
 use crate::store::{LaneReport, Store, StoreError};
 
 /// How often the report is published (the control plane's list is this stale at most, plus a
@@ -25,36 +25,22 @@ pub struct Reporter {
     pub instance: Option<String>,
 }
 
-/// This engine's lanes with the store's report of each, read within `limit`; with the
-/// assignment's generation.
-pub type LanesReported = (u64, Vec<(LaneOwned, LaneReport)>);
-
 impl Reporter {
-    /// This engine's lanes with the store's report of each (holder, pending), read within
-    /// `limit`.
-    pub async fn lanes(&self, limit: Duration) -> Result<LanesReported, StoreError> {
+    /// The report as every transport (and `/metrics`) shows it: this engine's lanes with the
+    /// store's report of each (holder, pending), read within `limit`.
+    pub async fn report(&self, limit: Duration) -> Result<EngineOwnership, StoreError> {
         let (generation, lanes) = self.ownership.snapshot();
         let asked = lanes.iter().map(|l| l.lane).collect();
         let reports = tokio::time::timeout(limit, self.store.lane_report(asked))
             .await
             .map_err(|_| StoreError::Unavailable("the store did not answer in time".into()))??;
-        Ok((generation, lanes.into_iter().zip(reports).collect()))
-    }
-
-    /// The report as every transport shows it.
-    pub async fn report(&self, limit: Duration) -> Result<EngineOwnership, StoreError> {
-        let (generation, lanes) = self.lanes(limit).await?;
         Ok(EngineOwnership {
             engine: self.store.holder_id(),
             instance: self.instance.clone(),
-            numbering: match self.ownership.numbering() {
-                Numbering::ByPartition => "by_partition",
-                Numbering::ByShard => "by_shard",
-            }
-            .to_owned(),
+            numbering: self.ownership.numbering().name().to_owned(),
             assignment_generation: generation,
             reported_at_ms: crate::clock::now_ms(),
-            lanes: lanes.into_iter().map(lane_view).collect(),
+            lanes: lanes.into_iter().zip(reports).map(lane_view).collect(),
         })
     }
 
@@ -77,10 +63,11 @@ impl Reporter {
 }
 
 fn lane_view((owned, report): (LaneOwned, LaneReport)) -> LaneOwnership {
-    let (how, topic, partition, adopted_at_ms) = match owned.owned {
-        Owned::Assigned { topic, partition } => ("assigned", Some(topic), Some(partition), None),
-        Owned::Stray { adopted_at_ms } => ("stray", None, None, Some(adopted_at_ms)),
-        Owned::Shard => ("shard", None, None, None),
+    let how = owned.owned.how();
+    let (topic, partition, adopted_at_ms) = match owned.owned {
+        Owned::Assigned { topic, partition } => (Some(topic), Some(partition), None),
+        Owned::Stray { adopted_at_ms } => (None, None, Some(adopted_at_ms)),
+        Owned::Shard => (None, None, None),
     };
     let lag = topic
         .as_deref()

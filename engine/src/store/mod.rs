@@ -257,7 +257,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
 
     /// Keeps this engine's ownership report for the control plane (`hub_core::ownership`), until
-    /// a newer one or `REPORT_KEPT_S`.
+    /// a newer one (on CQL at most 30 s: the table's TTL).
     async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError>;
 
     /// Every engine's last ownership report still kept, by engine id.
