@@ -62,8 +62,12 @@ pub struct HubConfig {
     /// Dedup window in seconds, at least the retention (R-IN-6). Env `STREAMING_HUB_DEDUP_WINDOW_S`.
     /// Default 7 days.
     pub dedup_window_s: u32,
-    /// Where the embedded store keeps its file. Env `STREAMING_HUB_DATA_DIR`. Default `./.hub-data`.
+    /// Where the embedded store keeps its data. Env `STREAMING_HUB_DATA_DIR`. Default `./.hub-data`.
     pub data_dir: PathBuf,
+    /// How the embedded store keeps it: `log` (append-only segments in `<data_dir>/log`) or
+    /// `redb` (one file, `<data_dir>/hub.redb`). Env `STREAMING_HUB_EMBEDDED_FORMAT`. Default:
+    /// redb when the directory holds only a redb file (an earlier release's), else log.
+    pub embedded_format: Option<crate::store::choice::EmbeddedFormat>,
     /// HTTP listen address (ingest, admin, metrics). Env `STREAMING_HUB_HTTP_ADDR`.
     /// Default `127.0.0.1:8080`: loopback, since `/admin` has no auth yet.
     pub http_addr: SocketAddr,
@@ -184,6 +188,7 @@ impl Default for HubConfig {
             forensics_retention_s: 30 * 86_400,
             retention_pass_ms: crate::store::expiry::EVERY.as_millis() as u64,
             data_dir: PathBuf::from(".hub-data"),
+            embedded_format: None,
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             kafka_brokers: None,
             http_ingest: None,
@@ -308,6 +313,9 @@ impl HubConfig {
         }
         if let Some((_, v)) = env("DATA_DIR") {
             self.data_dir = v.into();
+        }
+        if let Some((k, v)) = env("EMBEDDED_FORMAT") {
+            self.embedded_format = Some(parse(&k, v)?);
         }
         if let Some((k, v)) = env("HTTP_ADDR") {
             self.http_addr = parse(&k, v)?;

@@ -19,8 +19,8 @@ use crate::ingest::shard::ShardIngest;
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
 use crate::readiness::{ComponentState, Readiness};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
+use crate::store::choice::{embedded_format, open_embedded};
 use crate::store::cql::{CqlSettings, CqlStore};
-use crate::store::embedded::EmbeddedStore;
 use crate::store::Store;
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
@@ -45,12 +45,12 @@ type Opened = (Arc<dyn Store>, Option<Arc<CqlStore>>);
 fn open_store(config: &HubConfig, tokio: &tokio::runtime::Runtime) -> anyhow::Result<Opened> {
     match config.store {
         StoreKind::Embedded => {
-            let path = config.data_dir.join("hub.redb");
-            let store = EmbeddedStore::open(&path)
-                .with_context(|| format!("opening {}", path.display()))?
-                .with_retention(config.retention());
-            tracing::info!(path = %path.display(), "embedded store open");
-            Ok((Arc::new(store), None))
+            let (dir, chosen) = (&config.data_dir, config.embedded_format);
+            let format = embedded_format(dir, chosen);
+            let store = open_embedded(dir, chosen, config.retention())
+                .with_context(|| format!("opening the embedded store in {}", dir.display()))?;
+            tracing::info!(dir = %dir.display(), ?format, "embedded store open");
+            Ok((store, None))
         }
         StoreKind::Cql => {
             let store = tokio

@@ -246,10 +246,12 @@ async fn sink_limit(
         ),
         SinkChoice::Pull | SinkChoice::PullGrpc | SinkChoice::Webhook => {
             let opened: Arc<dyn hub_engine::store::Store> = match store.0 {
-                StoreChoice::Embedded => Arc::new(
-                    hub_engine::store::embedded::EmbeddedStore::open(&store.2.join("hub.redb"))
-                        .map_err(|e| anyhow::anyhow!("{e}"))?,
-                ),
+                StoreChoice::Embedded => hub_engine::store::choice::open_embedded(
+                    store.2,
+                    None,
+                    hub_engine::store::Retention::default(),
+                )
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
                 StoreChoice::Cql => Arc::new(
                     hub_engine::store::cql::CqlStore::connect(
                         hub_engine::store::cql::CqlSettings {

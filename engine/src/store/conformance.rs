@@ -43,6 +43,28 @@ pub fn event(tenant: &str, key: &str) -> InboxEvent {
     }
 }
 
+/// Writes one event of tenant `t-full` with a 32 KiB payload at Kafka position `n` (the
+/// full-disk tests fill a small disk with these).
+pub async fn write_big_event(
+    store: &dyn Store,
+    unit: &UnitId,
+    fence: Fence,
+    n: i64,
+) -> Result<(), String> {
+    let mut e = event("t-full", "x.created");
+    e.payload = vec![b'x'; 32 << 10];
+    let batch = IngestBatch {
+        events: vec![e],
+        next_offset: Some(n + 1),
+        ..Default::default()
+    };
+    store
+        .write_batch(unit, fence, Arc::new(batch))
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 pub(super) fn quarantined(
     topic: &str,
     offset: i64,

@@ -56,6 +56,17 @@ impl JobRecord {
         }
     }
 
+    /// A dead letter's job brought back by a replay: due at `now_ms` with a fresh attempt budget.
+    pub fn revived(&self, now_ms: i64) -> Self {
+        Self {
+            due_at_ms: now_ms,
+            attempts: 0,
+            starts: 0,
+            last: None,
+            ..self.clone()
+        }
+    }
+
     /// Started attempts that never recorded an outcome (worker crash, lease lapsed).
     pub fn recoveries(&self) -> u32 {
         self.starts.saturating_sub(self.attempts)

@@ -4,7 +4,9 @@
 //!
 //! Methods are `Send` futures run on tokio; shards reach them through `runtime::TokioBridge`.
 
+pub mod choice;
 pub mod codec;
+mod committer_thread;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 #[cfg(any(test, feature = "conformance"))]
@@ -15,6 +17,7 @@ pub mod cql;
 pub mod embedded;
 pub mod expiry;
 mod jobs;
+pub mod log;
 mod model;
 pub mod timings;
 
@@ -46,6 +49,22 @@ pub enum StoreError {
     /// Stored bytes could not be decoded (corruption or an incompatible version).
     #[error("corrupt stored record: {0}")]
     Corrupt(String),
+}
+
+impl Fence {
+    /// Checks a writer's fence against the unit's `current` generation: refused with `Fenced`
+    /// when another owner claimed the unit since (an unfenced writer always passes).
+    pub fn check(self, unit: &UnitId, current: u64) -> Result<(), StoreError> {
+        if self == Fence::UNFENCED || current == self.generation {
+            return Ok(());
+        }
+        Err(StoreError::Fenced {
+            topic: unit.topic.clone(),
+            partition: unit.partition,
+            ours: self.generation,
+            current,
+        })
+    }
 }
 
 /// How long a store keeps what it holds (R-OP-5, R-IN-6).

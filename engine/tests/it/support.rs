@@ -6,8 +6,9 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hub_engine::store::choice::open_embedded;
 use hub_engine::store::cql::{CqlSettings, CqlStore};
-use hub_engine::store::embedded::EmbeddedStore;
+use hub_engine::store::Retention;
 use hub_engine::store::Store;
 
 use rand::{Rng, SeedableRng};
@@ -53,9 +54,9 @@ impl Backend {
     /// Opens the store the engine wrote (the embedded file only once the engine has exited).
     pub async fn open(self, data_dir: &std::path::Path) -> Arc<dyn Store> {
         match self {
-            Backend::Embedded => Arc::new(
-                EmbeddedStore::open(&data_dir.join("hub.redb")).expect("open embedded store"),
-            ),
+            Backend::Embedded => {
+                open_embedded(data_dir, None, Retention::default()).expect("open embedded store")
+            }
             Backend::Cql => {
                 let settings = CqlSettings {
                     nodes: vec![CQL.into()],

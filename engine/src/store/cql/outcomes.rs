@@ -345,13 +345,7 @@ impl CqlStore {
         // The job first (a fresh row, newer than any tombstone of its earlier life), then the
         // dead letter goes: a crash in between leaves both, and a second replay is harmless.
         all(letters.iter().map(|letter| async move {
-            let job = StoredJob::new(JobRecord {
-                due_at_ms: now_ms,
-                attempts: 0,
-                starts: 0,
-                last: None,
-                ..letter.job.clone()
-            });
+            let job = StoredJob::new(letter.job.revived(now_ms));
             let r = &job.record;
             // The job row before its due row (see `jobs.rs`).
             self.session

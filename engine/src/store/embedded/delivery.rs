@@ -365,14 +365,7 @@ pub(super) fn replay(
         t.dead
             .remove((tenant, s, letter.job.id))
             .map_err(unavailable)?;
-        let job = JobRecord {
-            due_at_ms: now_ms,
-            attempts: 0,
-            starts: 0,
-            last: None,
-            ..letter.job.clone()
-        };
-        t.create(&job)?;
+        t.create(&letter.job.revived(now_ms))?;
     }
     Ok(letters.len() as u64)
 }

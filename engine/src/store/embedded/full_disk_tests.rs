@@ -1,12 +1,10 @@
 //! The embedded store on a full disk (issue 19): `hub_core::redb_handle` reopens it.
 
-use std::sync::Arc;
-
 use hub_core::redb_handle::testing::{fill, Tmpfs};
 
-use crate::store::conformance::event;
+use crate::store::conformance::write_big_event;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{Fence, IngestBatch, Store, UnitId};
+use crate::store::{Fence, Store, UnitId};
 
 async fn write_one(
     store: &EmbeddedStore,
@@ -14,18 +12,7 @@ async fn write_one(
     fence: Fence,
     n: i64,
 ) -> Result<(), String> {
-    let mut e = event("t-full", "x.created");
-    e.payload = vec![b'x'; 32 << 10];
-    let batch = IngestBatch {
-        events: vec![e],
-        next_offset: Some(n + 1),
-        ..Default::default()
-    };
-    store
-        .write_batch(unit, fence, Arc::new(batch))
-        .await
-        .map(drop)
-        .map_err(|e| e.to_string())
+    write_big_event(store, unit, fence, n).await
 }
 
 /// Issue 19's full disk, R-IN-7: a write that finds no space fails whole and says why; the

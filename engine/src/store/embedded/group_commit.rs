@@ -8,8 +8,7 @@
 //! of it is committed) and every caller retries.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
@@ -26,9 +25,6 @@ use crate::store::{
     BatchOutcome, DeliveryStep, Fence, IngestBatch, JobRecord, StepOutcome, StoreError,
     StoredEventRef, UnitId,
 };
-
-/// Most batches merged into one transaction.
-const GROUP: usize = 64;
 
 /// One piece of work for the committer: an ingest batch or a delivery step, each with its reply.
 pub(super) enum Work {
@@ -78,79 +74,33 @@ impl Work {
     }
 }
 
-/// The committer thread and its queue. Dropping it (with the last store clone) closes the queue
-/// and joins the thread, so the database file is closed when the store is gone and can be
-/// reopened at once.
-pub(super) struct Committer {
-    queue: Mutex<Option<mpsc::Sender<Work>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Committer {
-    pub(super) fn submit(&self, job: Work) -> Result<(), StoreError> {
-        let stopped = || StoreError::Unavailable("the embedded committer stopped".into());
-        let queue = self.queue.lock().map_err(|_| stopped())?;
-        queue
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(job)
-            .map_err(|_| stopped())
-    }
-}
-
-impl Drop for Committer {
-    fn drop(&mut self) {
-        if let Ok(mut q) = self.queue.lock() {
-            q.take();
-        }
-        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
-            let _ = t.join();
-        }
-    }
-}
+pub(super) type Committer = crate::store::committer_thread::CommitterThread<Work>;
 
 /// Starts the committer thread.
 pub(super) fn start(
     db: Arc<DbHandle>,
     timings: Arc<PhaseTimings>,
 ) -> Result<Committer, StoreError> {
-    let (tx, rx) = mpsc::channel::<Work>();
-    let thread = std::thread::Builder::new()
-        .name("embedded-commit".into())
-        .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                let mut group = vec![first];
-                while group.len() < GROUP {
-                    match rx.try_recv() {
-                        Ok(job) => group.push(job),
-                        Err(_) => break,
-                    }
-                }
-                let started = Instant::now();
-                // A failure reopens the store before the answers go out, so a caller retrying
-                // at once finds it open again (`hub_core::redb_handle`).
-                let outcomes = db.run(|open| commit_group(open, &group));
-                timings.record(0, started);
-                match outcomes {
-                    Ok(outcomes) => {
-                        db.note_landed();
-                        for (work, outcome) in group.into_iter().zip(outcomes) {
-                            work.answer(outcome);
-                        }
-                    }
-                    Err(e) => {
-                        db.note_failed(&e);
-                        for work in group {
-                            work.answer(Err(StoreError::Unavailable(e.to_string())));
-                        }
-                    }
+    Committer::start("embedded-commit", move |group| {
+        let started = Instant::now();
+        // A failure reopens the store before the answers go out, so a caller retrying at once
+        // finds it open again (`hub_core::redb_handle`).
+        let outcomes = db.run(|open| commit_group(open, &group));
+        timings.record(0, started);
+        match outcomes {
+            Ok(outcomes) => {
+                db.note_landed();
+                for (work, outcome) in group.into_iter().zip(outcomes) {
+                    work.answer(outcome);
                 }
             }
-        })
-        .map_err(unavailable)?;
-    Ok(Committer {
-        queue: Mutex::new(Some(tx)),
-        thread: Mutex::new(Some(thread)),
+            Err(e) => {
+                db.note_failed(&e);
+                for work in group {
+                    work.answer(Err(StoreError::Unavailable(e.to_string())));
+                }
+            }
+        }
     })
 }
 
@@ -223,13 +173,8 @@ fn apply(
         .get((unit.topic.as_str(), unit.partition))
         .map_err(unavailable)?
         .map_or((0, -1), |g| g.value());
-    if fence != Fence::UNFENCED && current != fence.generation {
-        return Ok(Err(StoreError::Fenced {
-            topic: unit.topic.clone(),
-            partition: unit.partition,
-            ours: fence.generation,
-            current,
-        }));
+    if let Err(fenced) = fence.check(unit, current) {
+        return Ok(Err(fenced));
     }
     let mut outcome = BatchOutcome::default();
     for (i, event) in batch.events.iter().enumerate() {

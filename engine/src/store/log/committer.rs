@@ -1,0 +1,141 @@
+//! The log's one writer: a thread that takes every write waiting at that moment, builds one
+//! frame of their changes, appends it with one `fdatasync`, and only then answers them.
+//!
+//! The indexes are locked from the first change of a group until its frame is durable, so a
+//! reader never sees what a crash could still take back (R-IN-8: no `seq` is read before it
+//! lasts). A failed append (a full disk) leaves nothing behind: the segment is cut back and the
+//! indexes are rebuilt from the segments, then every writer of the group hears the error and
+//! retries.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::record::Frame;
+use super::retention;
+use super::segments::Segments;
+use super::state::State;
+use super::writes::Tx;
+use crate::store::timings::PhaseTimings;
+use crate::store::StoreError;
+
+/// Hears a write's fate once its group's frame landed, or why it did not.
+pub(super) type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
+/// A write: makes its changes in the group and says how to answer it, and whether it failed
+/// in a way that must abort the group (a read of the log failed under it).
+pub(super) type Op = Box<dyn FnOnce(&mut Tx<'_>) -> (Reply, Option<String>) + Send>;
+
+/// The indexes and the files, locked together.
+#[derive(Debug)]
+pub(super) struct Log {
+    pub state: State,
+    pub segments: Segments,
+    pub segment_bytes: u64,
+    /// Segments spent by the last retention pass, to remove once its frame landed.
+    pub spent: Vec<u32>,
+}
+
+impl Log {
+    /// Rebuilds the indexes from the segments.
+    pub fn reload(&mut self) -> Result<(), StoreError> {
+        let mut state = State::default();
+        self.segments.replay(|loc, bytes| {
+            match super::record::Record::decode(bytes)? {
+                super::record::Record::Event(event) => state.apply_event(loc, &event),
+                super::record::Record::Change(change) => state.apply(loc, change),
+            }
+            Ok(())
+        })?;
+        self.state = state;
+        Ok(())
+    }
+}
+
+pub(super) type Committer = crate::store::committer_thread::CommitterThread<Op>;
+
+/// What the store shares with its committer.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub log: Mutex<Log>,
+    /// The last append's failure, until one lands (readiness reports it).
+    pub failure: Mutex<Option<String>>,
+    pub timings: PhaseTimings,
+}
+
+pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
+    Committer::start("log-commit", move |group| {
+        let started = Instant::now();
+        let (replies, failure) = commit_group(&shared, group);
+        shared.timings.record(0, started);
+        if let Ok(mut kept) = shared.failure.lock() {
+            kept.clone_from(&failure);
+        }
+        for reply in replies {
+            reply(failure.as_deref());
+        }
+    })
+}
+
+fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>) {
+    let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
+    let log = &mut *log;
+    let mut replies = Vec::with_capacity(group.len());
+    let mut failure = None;
+    // A segment that cannot be rolled (no room for a file) takes the group itself; the next
+    // group tries again.
+    if log.segments.active_len() >= log.segment_bytes {
+        if let Err(e) = log.segments.roll() {
+            tracing::warn!(error = %e, "could not start a new log segment");
+        }
+    }
+    // Every segment starts with the snapshot, even one whose first frame failed before.
+    let fresh_segment = log.segments.active_len() == 0;
+    let mut frame = Frame::new(log.segments.active(), log.segments.active_len());
+    {
+        let mut tx = Tx {
+            state: &mut log.state,
+            frame: &mut frame,
+            segments: &log.segments,
+            spent: Vec::new(),
+        };
+        if fresh_segment {
+            retention::snapshot(&mut tx);
+        }
+        for op in group {
+            let (reply, failed) = op(&mut tx);
+            replies.push(reply);
+            failure = failure.or(failed);
+        }
+        log.spent = tx.spent;
+    }
+    if failure.is_none() && !frame.is_empty() {
+        failure = log
+            .segments
+            .append(frame.seal())
+            .err()
+            .map(|e| e.to_string());
+    }
+    match &failure {
+        None => remove_spent(log),
+        Some(why) => {
+            tracing::warn!(error = %why, "log append failed; rebuilding the indexes from disk");
+            log.spent.clear();
+            if let Err(e) = log.reload() {
+                tracing::error!(error = %e, "log indexes could not be rebuilt");
+            }
+        }
+    }
+    (replies, failure)
+}
+
+fn remove_spent(log: &mut Log) {
+    for seg in std::mem::take(&mut log.spent) {
+        if log.segments.oldest() != seg {
+            continue;
+        }
+        if let Err(e) = log.segments.drop_oldest() {
+            tracing::warn!(segment = seg, error = %e, "could not remove a spent log segment");
+            return;
+        }
+        log.state.live_events.remove(&seg);
+    }
+}

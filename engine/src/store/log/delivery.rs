@@ -1,0 +1,202 @@
+//! Jobs in the log store: leased, settled, dead-lettered and replayed inside a group (writes),
+//! paged per lane and queue by due time from the in-memory index (reads).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::record::Change;
+use super::state::State;
+use super::writes::Tx;
+use crate::store::{
+    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, JobChange, JobRecord, Lane,
+    Started, StepOutcome, StoreError, EVENT_GONE,
+};
+
+/// Statistics a step touched, recorded once at its end.
+#[derive(Default)]
+struct StatsCache(HashMap<(String, Uuid), DeliveryStats>);
+
+impl StatsCache {
+    fn get<'a>(&'a mut self, state: &State, job: &JobRecord) -> &'a mut DeliveryStats {
+        self.0
+            .entry((job.tenant.clone(), job.subscription))
+            .or_insert_with_key(|key| state.stats.get(key).cloned().unwrap_or_default())
+    }
+
+    fn record(self, tx: &mut Tx<'_>) {
+        for ((tenant, subscription), stats) in self.0 {
+            tx.change(Change::Stats {
+                tenant,
+                subscription,
+                stats,
+            });
+        }
+    }
+}
+
+fn bury(tx: &mut Tx<'_>, job: JobRecord, reason: String, now_ms: i64) {
+    tx.change(Change::JobGone { id: job.id });
+    tx.change(Change::Dead(DeadLetter {
+        job,
+        reason,
+        dead_at_ms: now_ms,
+    }));
+}
+
+/// One delivery step: outcomes first, then leases (with each leased job's event).
+pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, StoreError> {
+    let mut out = StepOutcome::default();
+    let mut stats = StatsCache::default();
+    let mut failing: HashSet<(String, Uuid)> = HashSet::new();
+    for s in &step.settle {
+        let Some(entry) = tx.state.jobs.get(&s.job) else {
+            continue; // replayed, cancelled or settled by an earlier step
+        };
+        let (job, leased) = (entry.job.clone(), entry.leased);
+        let (change, attempt) = settle_job(&job, &s.settled);
+        if let Some(a) = attempt {
+            stats.get(tx.state, &job).record(a);
+            if !a.success {
+                failing.insert((job.tenant.clone(), job.subscription));
+            }
+        }
+        match change {
+            JobChange::Remove => tx.change(Change::JobGone { id: job.id }),
+            JobChange::Rewrite(next) => {
+                let leased = leased && next.attempts == job.attempts;
+                tx.change(Change::Job { job: next, leased });
+            }
+            JobChange::Bury(last, reason) => {
+                stats.get(tx.state, &job).dead_letters += 1;
+                bury(tx, last, reason, step.now_ms);
+            }
+        }
+    }
+    for id in &step.start {
+        let Some(job) = tx.state.jobs.get(id).map(|e| e.job.clone()) else {
+            continue;
+        };
+        let next = match lease_job(&job, step.lease_until_ms, step.recovery_limit) {
+            Ok(next) => next,
+            Err(reason) => {
+                stats.get(tx.state, &job).dead_letters += 1;
+                bury(tx, job, reason, step.now_ms);
+                out.poisoned.push(*id);
+                continue;
+            }
+        };
+        let Some(event) = tx.stored_event(&job.tenant, job.event_seq)? else {
+            stats.get(tx.state, &job).dead_letters += 1;
+            bury(tx, job, EVENT_GONE.into(), step.now_ms);
+            out.poisoned.push(*id);
+            continue;
+        };
+        tx.change(Change::Job {
+            job: next.clone(),
+            leased: true,
+        });
+        out.started.push(Started { job: next, event });
+    }
+    for key in failing {
+        if let Some(s) = stats.0.get(&key) {
+            out.streaks.push((key.0, key.1, s.streak));
+        }
+    }
+    stats.record(tx);
+    Ok(out)
+}
+
+/// Turns a subscription's dead letters (all, or `only`) back into jobs due at `now_ms`.
+pub(super) fn replay(
+    tx: &mut Tx<'_>,
+    tenant: &str,
+    subscription: Uuid,
+    only: Option<&[u128]>,
+    now_ms: i64,
+) -> u64 {
+    let s = subscription.as_u128();
+    let letters: Vec<DeadLetter> = tx
+        .state
+        .dead
+        .range((tenant.to_owned(), s, 0)..=(tenant.to_owned(), s, u128::MAX))
+        .filter(|(k, _)| only.is_none_or(|ids| ids.contains(&k.2)))
+        .map(|(_, (letter, _))| letter.clone())
+        .collect();
+    for letter in &letters {
+        tx.change(Change::DeadGone {
+            tenant: tenant.to_owned(),
+            subscription,
+            job: letter.job.id,
+        });
+        if tx.state.jobs.contains_key(&letter.job.id) {
+            continue;
+        }
+        let job = letter.job.revived(now_ms);
+        tx.change(Change::Job { job, leased: false });
+    }
+    letters.len() as u64
+}
+
+/// The due jobs of `lanes`: each queue (tenant, subscription) in turn from `rotation`, at most
+/// `per_tenant` of each, `limit` in all, passing over `skip`.
+pub(super) fn due_jobs(
+    state: &State,
+    lanes: &[Lane],
+    now_ms: i64,
+    per_tenant: usize,
+    limit: usize,
+    rotation: u64,
+    skip: &HashSet<u128>,
+) -> Vec<JobRecord> {
+    let empty: Arc<str> = Arc::from("");
+    let mut queues = Vec::new();
+    for &lane in lanes {
+        let from = (lane, empty.clone(), 0);
+        let to = (lane.saturating_add(1), empty.clone(), 0);
+        let lane_queues = state.queues.range(from..to).map(|(k, _)| k.clone());
+        queues.extend(lane_queues.filter(|k| k.0 == lane));
+    }
+    if queues.is_empty() {
+        return Vec::new();
+    }
+    let start = (rotation % queues.len() as u64) as usize;
+    queues.rotate_left(start);
+    let mut out = Vec::new();
+    for (lane, tenant, sub) in queues {
+        let due = state.due.range(
+            (lane, tenant.clone(), sub, i64::MIN, 0)..=(lane, tenant, sub, now_ms, u128::MAX),
+        );
+        let ids = due.map(|k| k.4).filter(|id| !skip.contains(id));
+        let jobs = ids.filter_map(|id| state.jobs.get(&id)).take(per_tenant);
+        out.extend(jobs.take(limit - out.len()).map(|e| e.job.clone()));
+        if out.len() == limit {
+            break;
+        }
+    }
+    out
+}
+
+/// A subscription's dead letters after `cursor`, oldest job id first.
+pub(super) fn dead_letters(
+    state: &State,
+    tenant: &str,
+    subscription: Uuid,
+    cursor: Option<u128>,
+    limit: usize,
+) -> (Vec<DeadLetter>, Option<u128>) {
+    let s = subscription.as_u128();
+    let from = cursor.map_or(0, |c| c.saturating_add(1));
+    let mut range = state
+        .dead
+        .range((tenant.to_owned(), s, from)..=(tenant.to_owned(), s, u128::MAX));
+    let page: Vec<DeadLetter> = range
+        .by_ref()
+        .take(limit)
+        .map(|(_, (letter, _))| letter.clone())
+        .collect();
+    let more = range.next().is_some();
+    let next = more.then(|| page.last().map(|d| d.job.id)).flatten();
+    (page, next)
+}

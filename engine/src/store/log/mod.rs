@@ -1,0 +1,401 @@
+//! The embedded store as an append-only log (issue 17): one node, no external process, one
+//! `fdatasync` per group of writes and no page rewrites.
+//!
+//! Every write becomes records appended to the newest segment file (`record`, `segments`);
+//! the indexes that answer reads — dedup marks, `seq` heads, where each event lies, jobs by
+//! lane and due time, dead letters, statistics — live in memory (`state`) and are rebuilt by
+//! replaying the segments when the store opens. One thread writes (`committer`): it merges the
+//! writes waiting at the moment into one frame, so a group lands whole or not at all, as one
+//! redb transaction did. Retention expires rows as changes and drops whole segments once
+//! nothing in them is kept (`retention`).
+//!
+//! Invariant: the indexes are only ever changed by applying a record that is in (or going into)
+//! the log, through `State::apply`; replay applies the same records the same way.
+
+mod committer;
+mod delivery;
+mod record;
+mod retention;
+mod segments;
+mod state;
+#[cfg(test)]
+mod tests;
+mod writes;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use hub_core::ownership::EngineOwnership;
+use uuid::Uuid;
+
+use self::committer::{Committer, Log, Op, Reply, Shared};
+use self::record::{Loc, Record};
+use self::segments::Segments;
+use self::writes::Tx;
+use super::timings::{PhaseTimings, PhaseTotal};
+use super::{
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, Expired, Fence,
+    ForensicsFilter, IngestBatch, JobRecord, Lane, Page, QuarantineRecord, Retention, StepOutcome,
+    Store, StoreError, StoredEvent, UnitId,
+};
+
+pub use segments::SEGMENT_BYTES;
+
+/// The log store. Cheap to clone; all clones share one log.
+#[derive(Clone)]
+pub struct LogStore {
+    shared: Arc<Shared>,
+    committer: Arc<Committer>,
+    retention: Retention,
+    /// The engine's ownership report: one process writes and reads it, so it stays in memory.
+    ownership: Arc<Mutex<Option<EngineOwnership>>>,
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogStore")
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in directory `dir`, with segments of [`SEGMENT_BYTES`].
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, SEGMENT_BYTES)
+    }
+
+    /// Opens the log with segments rolled over at `segment_bytes`.
+    pub fn open_with(dir: &Path, segment_bytes: u64) -> Result<Self, StoreError> {
+        let started = std::time::Instant::now();
+        let mut log = Log {
+            state: state::State::default(),
+            segments: Segments::open(dir)?,
+            segment_bytes,
+            spent: Vec::new(),
+        };
+        log.reload()?;
+        let released = log.state.release_leases(crate::clock::now_ms());
+        tracing::info!(
+            jobs = log.state.jobs.len(),
+            released_leases = released,
+            took_ms = started.elapsed().as_millis() as u64,
+            "opened the log store"
+        );
+        let shared = Arc::new(Shared {
+            log: Mutex::new(log),
+            failure: Mutex::new(None),
+            timings: PhaseTimings::new(&["group_commit"]),
+        });
+        let committer = Arc::new(committer::start(shared.clone())?);
+        Ok(Self {
+            shared,
+            committer,
+            retention: Retention::default(),
+            ownership: Arc::default(),
+        })
+    }
+
+    /// The windows `expire` keeps rows for (default: `Retention::default()`).
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Runs `write` in the next group and answers once its frame is durable. A refusal of the
+    /// write's own (`Fenced`) is its answer; a storage failure aborts the group.
+    async fn write<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let op: Op = Box::new(move |tx| {
+            let result = write(tx);
+            let aborts = match &result {
+                Err(e @ (StoreError::Unavailable(_) | StoreError::Corrupt(_))) => {
+                    Some(e.to_string())
+                }
+                _ => None,
+            };
+            let reply: Reply = Box::new(move |failure| {
+                let _ = answer.send(match failure {
+                    Some(why) => Err(StoreError::Unavailable(why.to_owned())),
+                    None => result,
+                });
+            });
+            (reply, aborts)
+        });
+        self.committer.submit(op)?;
+        answered
+            .await
+            .map_err(|_| StoreError::Unavailable("the log committer stopped".into()))?
+    }
+
+    /// Reads the indexes (never while a group is being made durable).
+    fn read<T>(&self, read: impl FnOnce(&Log) -> T) -> T {
+        let log = self.shared.log.lock().unwrap_or_else(|e| e.into_inner());
+        read(&log)
+    }
+}
+
+/// Reads records at `locs` through their segments' handles, outside the lock.
+fn read_records(
+    handles: Vec<(Loc, Option<Arc<std::fs::File>>)>,
+) -> Result<Vec<Record>, StoreError> {
+    handles
+        .into_iter()
+        .map(|(loc, file)| {
+            let file = file.ok_or_else(|| StoreError::Corrupt("a log segment is gone".into()))?;
+            Record::decode(&segments::read(&file, loc)?)
+        })
+        .collect()
+}
+
+/// A page of forensic rows from `cursor`, decoded and filtered like the redb store's.
+fn forensic_page<T>(
+    handles: Vec<(u64, Loc, Option<Arc<std::fs::File>>)>,
+    limit: usize,
+    pick: impl Fn(record::Change) -> Option<T>,
+    keep: impl Fn(&T) -> bool,
+) -> Result<Page<T>, StoreError> {
+    let mut items = Vec::new();
+    for (number, loc, file) in handles {
+        if items.len() == limit {
+            return Ok(Page {
+                items,
+                next_cursor: Some(number),
+            });
+        }
+        let [record] = read_records(vec![(loc, file)])?
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("forensic read".into()))?;
+        let Record::Change(change) = record else {
+            return Err(StoreError::Corrupt(
+                "a forensic index points at an event".into(),
+            ));
+        };
+        if let Some(item) = pick(change).filter(|i| keep(i)) {
+            items.push(item);
+        }
+    }
+    Ok(Page {
+        items,
+        next_cursor: None,
+    })
+}
+
+#[async_trait]
+impl Store for LogStore {
+    async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
+        let unit = unit.clone();
+        self.write(move |tx| Ok(writes::claim(tx, &unit))).await
+    }
+
+    async fn write_batch(
+        &self,
+        unit: &UnitId,
+        fence: Fence,
+        batch: Arc<IngestBatch>,
+    ) -> Result<BatchOutcome, StoreError> {
+        let unit = unit.clone();
+        self.write(move |tx| writes::ingest(tx, &unit, fence, &batch))
+            .await
+    }
+
+    async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {
+        let key = (unit.topic.clone(), unit.partition);
+        Ok(self.read(|log| log.state.units.get(&key).map(|u| u.1).filter(|n| *n >= 0)))
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let handles = self.read(|log| {
+            let Some(events) = log.state.events.get(tenant) else {
+                return Vec::new();
+            };
+            events
+                .range(after.saturating_add(1)..)
+                .take(limit)
+                .map(|(_, e)| (e.loc, log.segments.reader(e.loc)))
+                .collect()
+        });
+        read_records(handles)?
+            .into_iter()
+            .map(|record| match record {
+                Record::Event(event) => Ok(event),
+                Record::Change(_) => Err(StoreError::Corrupt(
+                    "an event index points at a change".into(),
+                )),
+            })
+            .collect()
+    }
+
+    async fn pull_position(&self, tenant: &str, subscription: Uuid) -> Result<u64, StoreError> {
+        let key = (tenant.to_owned(), subscription);
+        Ok(self.read(|log| log.state.pulls.get(&key).copied().unwrap_or(0)))
+    }
+
+    async fn advance_pull_position(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        from: u64,
+        to: u64,
+    ) -> Result<bool, StoreError> {
+        let tenant = tenant.to_owned();
+        self.write(move |tx| Ok(writes::advance_pull(tx, &tenant, subscription, from, to)))
+            .await
+    }
+
+    async fn list_quarantine(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<QuarantineRecord>, StoreError> {
+        let handles = self.read(|log| forensic_handles(log, &log.state.quarantine, cursor));
+        let pick = |change| match change {
+            record::Change::Quarantine { record, .. } => Some(record),
+            _ => None,
+        };
+        forensic_page(handles, limit, pick, |r| filter.keeps_quarantined(r))
+    }
+
+    async fn record_dlq(&self, obs: Vec<DlqObservation>) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            writes::record_dlq(tx, obs);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_dlq(
+        &self,
+        filter: &ForensicsFilter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page<DlqObservation>, StoreError> {
+        let handles = self.read(|log| forensic_handles(log, &log.state.dlq, cursor));
+        let pick = |change| match change {
+            record::Change::Dlq { observation, .. } => Some(observation),
+            _ => None,
+        };
+        forensic_page(handles, limit, pick, |o| filter.keeps_observation(o))
+    }
+
+    async fn due_jobs(
+        &self,
+        lanes: Vec<Lane>,
+        now_ms: i64,
+        per_tenant: usize,
+        limit: usize,
+        rotation: u64,
+        skip: Arc<HashSet<u128>>,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        Ok(self.read(|log| {
+            delivery::due_jobs(
+                &log.state, &lanes, now_ms, per_tenant, limit, rotation, &skip,
+            )
+        }))
+    }
+
+    async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
+        self.write(move |tx| delivery::step(tx, &step)).await
+    }
+
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        cursor: Option<u128>,
+        limit: usize,
+    ) -> Result<(Vec<DeadLetter>, Option<u128>), StoreError> {
+        Ok(
+            self.read(|log| {
+                delivery::dead_letters(&log.state, tenant, subscription, cursor, limit)
+            }),
+        )
+    }
+
+    async fn replay_dead_letters(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        jobs: Option<Vec<u128>>,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let tenant = tenant.to_owned();
+        self.write(move |tx| {
+            Ok(delivery::replay(
+                tx,
+                &tenant,
+                subscription,
+                jobs.as_deref(),
+                now_ms,
+            ))
+        })
+        .await
+    }
+
+    async fn delivery_stats(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+    ) -> Result<DeliveryStats, StoreError> {
+        let key = (tenant.to_owned(), subscription);
+        Ok(self.read(|log| log.state.stats.get(&key).cloned().unwrap_or_default()))
+    }
+
+    async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError> {
+        if let Ok(mut kept) = self.ownership.lock() {
+            *kept = Some(report.clone());
+        }
+        Ok(())
+    }
+
+    async fn ownership_reports(&self) -> Result<Vec<EngineOwnership>, StoreError> {
+        let kept = self.ownership.lock().map_err(unavailable)?;
+        Ok(kept.clone().into_iter().collect())
+    }
+
+    async fn pending_jobs(&self) -> Result<u64, StoreError> {
+        Ok(self.read(|log| log.state.jobs.len() as u64))
+    }
+
+    async fn expire(&self, now_ms: i64) -> Result<Expired, StoreError> {
+        let retention = self.retention;
+        self.write(move |tx| {
+            let expired = retention::expire(tx, retention, now_ms);
+            retention::drop_spent_segments(tx)?;
+            Ok(expired)
+        })
+        .await
+    }
+
+    fn write_timings(&self) -> Vec<PhaseTotal> {
+        self.shared.timings.snapshot()
+    }
+
+    fn write_failure(&self) -> Option<String> {
+        self.shared.failure.lock().ok().and_then(|f| f.clone())
+    }
+}
+
+/// The forensic rows from `cursor` on, with handles to read them by.
+fn forensic_handles(
+    log: &Log,
+    rows: &std::collections::BTreeMap<u64, state::Forensic>,
+    cursor: u64,
+) -> Vec<(u64, Loc, Option<Arc<std::fs::File>>)> {
+    rows.range(cursor..)
+        .map(|(n, row)| (*n, row.loc, log.segments.reader(row.loc)))
+        .collect()
+}

@@ -1,0 +1,206 @@
+//! The log's files: numbered segments in one directory, appended at the newest one's end and
+//! dropped whole from the oldest.
+//!
+//! Each append is one frame written at the end and one `fdatasync`. Readers read records with
+//! positioned reads (`pread`) through a shared handle, so a segment dropped while a read is
+//! under way stays readable until that read ends.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::record::{frames, Loc};
+use crate::store::StoreError;
+
+/// A segment is rolled over once it holds this much (the default; tests use less).
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+#[derive(Debug)]
+pub(super) struct Segments {
+    dir: PathBuf,
+    files: BTreeMap<u32, Arc<File>>,
+    /// The newest segment, the one appended to, and how much of it holds good frames.
+    active: u32,
+    active_len: u64,
+    /// Held (an advisory lock on `LOCK`) while the log is open: one process writes a log.
+    _lock: File,
+}
+
+fn segment_path(dir: &Path, n: u32) -> PathBuf {
+    dir.join(format!("{n:010}.log"))
+}
+
+impl Segments {
+    /// Opens the segments in `dir`, creating the directory and a first segment when there are
+    /// none.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(unavailable)?;
+        let lock = open_file(&dir.join("LOCK"))?;
+        lock.try_lock().map_err(|e| {
+            StoreError::Unavailable(format!(
+                "the log in {} is open in another process ({e})",
+                dir.display()
+            ))
+        })?;
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(unavailable)? {
+            let path = entry.map_err(unavailable)?.path();
+            let number = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".log"))
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(n) = number {
+                files.insert(n, Arc::new(open_file(&path)?));
+            }
+        }
+        let mut segments = Self {
+            dir: dir.to_owned(),
+            files,
+            active: 0,
+            active_len: 0,
+            _lock: lock,
+        };
+        match segments.files.keys().next_back().copied() {
+            Some(newest) => {
+                segments.active = newest;
+                segments.active_len = segments.files[&newest]
+                    .metadata()
+                    .map_err(unavailable)?
+                    .len();
+            }
+            None => segments.create(0)?,
+        }
+        Ok(segments)
+    }
+
+    fn create(&mut self, n: u32) -> Result<(), StoreError> {
+        let file = open_file(&segment_path(&self.dir, n))?;
+        sync_dir(&self.dir)?;
+        self.files.insert(n, Arc::new(file));
+        self.active = n;
+        self.active_len = 0;
+        Ok(())
+    }
+
+    pub fn active(&self) -> u32 {
+        self.active
+    }
+
+    pub fn active_len(&self) -> u64 {
+        self.active_len
+    }
+
+    pub fn oldest(&self) -> u32 {
+        self.files.keys().next().copied().unwrap_or(self.active)
+    }
+
+    /// Every segment's number, oldest first.
+    pub fn numbers(&self) -> Vec<u32> {
+        self.files.keys().copied().collect()
+    }
+
+    /// Starts a new segment; appends go there from now on.
+    pub fn roll(&mut self) -> Result<(), StoreError> {
+        self.create(self.active + 1)
+    }
+
+    /// Appends a frame to the active segment and syncs it. On failure the segment is cut back
+    /// to where it was, so a torn frame never sits before later ones.
+    pub fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+        let file = self.files[&self.active].clone();
+        let written = file
+            .write_all_at(frame, self.active_len)
+            .and_then(|()| file.sync_data());
+        match written {
+            Ok(()) => {
+                self.active_len += frame.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(cut) = file.set_len(self.active_len) {
+                    tracing::warn!(error = %cut, "could not cut a failed append back");
+                }
+                Err(unavailable(e))
+            }
+        }
+    }
+
+    /// Removes the oldest segment (never the active one).
+    pub fn drop_oldest(&mut self) -> Result<(), StoreError> {
+        let oldest = self.oldest();
+        if oldest == self.active {
+            return Ok(());
+        }
+        std::fs::remove_file(segment_path(&self.dir, oldest)).map_err(unavailable)?;
+        self.files.remove(&oldest);
+        sync_dir(&self.dir)
+    }
+
+    /// A handle to read `loc` with, outside any lock.
+    pub fn reader(&self, loc: Loc) -> Option<Arc<File>> {
+        self.files.get(&loc.seg).cloned()
+    }
+
+    /// Replays every segment, oldest first, handing each record to `apply`. The active segment
+    /// is cut back after its last whole frame (a crash may have torn it).
+    pub fn replay(
+        &mut self,
+        mut apply: impl FnMut(Loc, &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        for (&n, file) in &self.files {
+            let len = file.metadata().map_err(unavailable)?.len();
+            let mut bytes = vec![0; len as usize];
+            file.read_exact_at(&mut bytes, 0).map_err(unavailable)?;
+            let (records, end) = frames(n, &bytes);
+            for (loc, record) in records {
+                apply(loc, record)?;
+            }
+            if end < len {
+                tracing::warn!(
+                    segment = n,
+                    kept = end,
+                    dropped = len - end,
+                    "log segment ends in a torn frame; dropped it"
+                );
+                file.set_len(end).map_err(unavailable)?;
+                file.sync_data().map_err(unavailable)?;
+            }
+            if n == self.active {
+                self.active_len = end;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads the record at `loc` (kind byte on).
+pub(super) fn read(file: &File, loc: Loc) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = vec![0; loc.len as usize];
+    file.read_exact_at(&mut bytes, loc.offset)
+        .map_err(unavailable)?;
+    Ok(bytes)
+}
+
+fn open_file(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(unavailable)
+}
+
+/// Makes a created or removed file's name durable.
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(unavailable)
+}
