@@ -5,12 +5,14 @@
 //! And an event's whole life in the store at a low rate (issue 17), where every store call is
 //! its own transaction: the event written with one job, the job leased, its outcome recorded —
 //! three commits per event, the pattern a cheaper store must beat.
+//!
+//! Each on both embedded formats: the append-only log (the default) and redb.
 
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use hub_engine::store::choice::{open_embedded, EmbeddedFormat};
 use hub_engine::store::conformance::event;
-use hub_engine::store::embedded::EmbeddedStore;
 use hub_engine::store::{
     job_id, AttemptRecord, DeliveryStep, Fence, IngestBatch, Matches, Settled, Settlement, Store,
     UnitId,
@@ -34,12 +36,17 @@ fn batch(size: usize, next: i64) -> IngestBatch {
     }
 }
 
-/// A runtime, a fresh store in a temporary directory (kept alive by the caller) and a claimed
-/// unit to write to.
-fn claimed_store() -> (
+const FORMATS: [(EmbeddedFormat, &str); 2] =
+    [(EmbeddedFormat::Log, "log"), (EmbeddedFormat::Redb, "redb")];
+
+/// A runtime, a fresh store of `format` in a temporary directory (kept alive by the caller)
+/// and a claimed unit to write to.
+fn claimed_store(
+    format: EmbeddedFormat,
+) -> (
     tokio::runtime::Runtime,
     tempfile::TempDir,
-    EmbeddedStore,
+    Arc<dyn Store>,
     UnitId,
     Fence,
 ) {
@@ -49,15 +56,21 @@ fn claimed_store() -> (
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
+    let store = open_embedded(dir.path(), Some(format), Default::default()).expect("open");
     let unit = UnitId::new("lerian.streaming.bench", 0);
     let (fence, _) = rt.block_on(store.claim_unit(&unit)).expect("claim");
     (rt, dir, store, unit, fence)
 }
 
 fn embedded_write(c: &mut Criterion) {
-    let (rt, _dir, store, unit, fence) = claimed_store();
-    let mut group = c.benchmark_group("embedded_store");
+    for (format, name) in FORMATS {
+        write_batches(c, format, name);
+    }
+}
+
+fn write_batches(c: &mut Criterion, format: EmbeddedFormat, name: &str) {
+    let (rt, _dir, store, unit, fence) = claimed_store(format);
+    let mut group = c.benchmark_group(format!("embedded_store_{name}"));
     for size in [100usize, 1000] {
         group.throughput(Throughput::Elements(size as u64));
         let mut next = 0;
@@ -81,12 +94,18 @@ fn embedded_write(c: &mut Criterion) {
     group.finish();
 }
 
-/// One event through the store alone: write (with one job), lease, settle delivered.
 fn delivery_life(c: &mut Criterion) {
-    let (rt, _dir, store, unit, fence) = claimed_store();
+    for (format, name) in FORMATS {
+        one_event_life(c, format, name);
+    }
+}
+
+/// One event through the store alone: write (with one job), lease, settle delivered.
+fn one_event_life(c: &mut Criterion, format: EmbeddedFormat, name: &str) {
+    let (rt, _dir, store, unit, fence) = claimed_store(format);
     let sub = uuid::Uuid::now_v7();
     let mut next = 0;
-    let mut group = c.benchmark_group("embedded_store");
+    let mut group = c.benchmark_group(format!("embedded_store_{name}"));
     group.throughput(Throughput::Elements(1));
     group.bench_function("one_event_written_leased_and_settled", |b| {
         b.iter(|| {

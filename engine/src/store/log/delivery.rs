@@ -54,7 +54,7 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
         let Some(entry) = tx.state.jobs.get(&s.job) else {
             continue; // replayed, cancelled or settled by an earlier step
         };
-        let (job, leased) = (entry.job.clone(), entry.leased);
+        let (job, leased) = (entry.record(s.job), entry.leased);
         let (change, attempt) = settle_job(&job, &s.settled);
         if let Some(a) = attempt {
             stats.get(tx.state, &job).record(a);
@@ -75,7 +75,7 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
         }
     }
     for id in &step.start {
-        let Some(job) = tx.state.jobs.get(id).map(|e| e.job.clone()) else {
+        let Some(job) = tx.state.jobs.get(id).map(|e| e.record(*id)) else {
             continue;
         };
         let next = match lease_job(&job, step.lease_until_ms, step.recovery_limit) {
@@ -155,8 +155,8 @@ pub(super) fn due_jobs(
     for &lane in lanes {
         let from = (lane, empty.clone(), 0);
         let to = (lane.saturating_add(1), empty.clone(), 0);
-        let lane_queues = state.queues.range(from..to).map(|(k, _)| k.clone());
-        queues.extend(lane_queues.filter(|k| k.0 == lane));
+        let lane_queues = state.queues.range(from..to).filter(|(k, _)| k.0 == lane);
+        queues.extend(lane_queues.map(|(_, due)| due));
     }
     if queues.is_empty() {
         return Vec::new();
@@ -164,13 +164,11 @@ pub(super) fn due_jobs(
     let start = (rotation % queues.len() as u64) as usize;
     queues.rotate_left(start);
     let mut out = Vec::new();
-    for (lane, tenant, sub) in queues {
-        let due = state.due.range(
-            (lane, tenant.clone(), sub, i64::MIN, 0)..=(lane, tenant, sub, now_ms, u128::MAX),
-        );
-        let ids = due.map(|k| k.4).filter(|id| !skip.contains(id));
-        let jobs = ids.filter_map(|id| state.jobs.get(&id)).take(per_tenant);
-        out.extend(jobs.take(limit - out.len()).map(|e| e.job.clone()));
+    for due in queues {
+        let ids = due.range(..=(now_ms, u128::MAX)).map(|(_, id)| *id);
+        let ids = ids.filter(|id| !skip.contains(id));
+        let jobs = ids.filter_map(|id| state.jobs.get(&id).map(|e| e.record(id)));
+        out.extend(jobs.take(per_tenant).take(limit - out.len()));
         if out.len() == limit {
             break;
         }

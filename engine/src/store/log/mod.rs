@@ -14,6 +14,7 @@
 
 mod committer;
 mod delivery;
+mod job_entry;
 mod record;
 mod retention;
 mod segments;

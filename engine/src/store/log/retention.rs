@@ -133,12 +133,9 @@ pub(super) fn drop_spent_segments(tx: &mut Tx<'_>) -> Result<(), StoreError> {
 
 /// Writes again at the head what still lives in segment `seg`, so the segment may go.
 fn carry_forward(tx: &mut Tx<'_>, seg: u32) -> Result<(), StoreError> {
-    let jobs: Vec<_> = tx
-        .state
-        .jobs
-        .values()
-        .filter(|e| e.seg == seg)
-        .map(|e| (e.job.clone(), e.leased))
+    let jobs: Vec<_> = (tx.state.jobs.iter())
+        .filter(|(_, e)| e.seg == seg)
+        .map(|(id, e)| (e.record(*id), e.leased))
         .collect();
     for (job, leased) in jobs {
         tx.change(Change::Job { job, leased });

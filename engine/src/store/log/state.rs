@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+pub(super) use super::job_entry::JobEntry;
 use super::record::{Change, Loc};
 use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
 
@@ -23,15 +24,6 @@ pub(super) struct EventEntry {
     pub received_at_ms: i64,
 }
 
-/// A job and the segment of its last record.
-#[derive(Debug, Clone)]
-pub(super) struct JobEntry {
-    pub job: JobRecord,
-    /// An attempt is under way (a lease not yet settled).
-    pub leased: bool,
-    pub seg: u32,
-}
-
 /// A quarantine record or DLQ observation: where it lies, the Kafka position it is kept once
 /// for, and when it arrived.
 #[derive(Debug, Clone)]
@@ -41,10 +33,10 @@ pub(super) struct Forensic {
     pub at_ms: i64,
 }
 
-/// A job's key in a lane's due index: `(lane, tenant, subscription, due, job)`.
-pub(super) type DueKey = (Lane, Arc<str>, u128, i64, u128);
 /// A lane's queue: `(lane, tenant, subscription)`.
 pub(super) type QueueKey = (Lane, Arc<str>, u128);
+/// A queue's jobs by due time: `(due, job)`.
+pub(super) type DueSet = BTreeSet<(i64, u128)>;
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -58,10 +50,11 @@ pub(super) struct State {
     pub dedup: HashMap<String, HashMap<u128, u64>>,
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → segment of the record.
     pub lasting_marks: BTreeMap<(i64, String, u128), u32>,
-    pub jobs: HashMap<u128, JobEntry>,
-    pub due: BTreeSet<DueKey>,
-    /// Jobs per queue; a queue with none is absent.
-    pub queues: BTreeMap<QueueKey, u64>,
+    /// Boxed: a map of a million grows by doubling, and empty slots then cost a pointer each.
+    pub jobs: HashMap<u128, Box<JobEntry>>,
+    /// Each queue's jobs by due time (the due index a lane pages from); a queue with none is
+    /// absent.
+    pub queues: BTreeMap<QueueKey, DueSet>,
     /// `(tenant, subscription, job)` → the letter and the segment of its record.
     pub dead: BTreeMap<(String, u128, u128), (DeadLetter, u32)>,
     pub stats: HashMap<(String, Uuid), DeliveryStats>,
@@ -256,43 +249,31 @@ impl State {
         }
     }
 
-    fn due_key(&mut self, job: &JobRecord) -> DueKey {
-        (
-            job.lane,
-            self.tenant_name(&job.tenant),
-            job.subscription.as_u128(),
-            job.due_at_ms,
-            job.id,
-        )
+    fn queue_of(job: &JobEntry) -> QueueKey {
+        (job.lane, job.tenant.clone(), job.subscription.as_u128())
     }
 
     fn put_job(&mut self, job: JobRecord, leased: bool, seg: u32) {
-        let key = self.due_key(&job);
-        match self.jobs.remove(&job.id) {
-            Some(before) => {
-                let old = self.due_key(&before.job);
-                self.due.remove(&old);
-            }
-            None => {
-                let queue = (key.0, key.1.clone(), key.2);
-                *self.queues.entry(queue).or_default() += 1;
-            }
+        let id = job.id;
+        let tenant = self.tenant_name(&job.tenant);
+        let entry = Box::new(JobEntry::new(job, tenant, leased, seg));
+        let due = (entry.due_at_ms, id);
+        let queue = self.queues.entry(Self::queue_of(&entry)).or_default();
+        if let Some(before) = self.jobs.insert(id, entry) {
+            queue.remove(&(before.due_at_ms, id));
         }
-        self.due.insert(key);
-        self.jobs.insert(job.id, JobEntry { job, leased, seg });
+        queue.insert(due);
     }
 
     fn remove_job(&mut self, id: u128) {
         let Some(gone) = self.jobs.remove(&id) else {
             return;
         };
-        let key = self.due_key(&gone.job);
-        self.due.remove(&key);
-        let queue = (key.0, key.1, key.2);
-        if let Some(n) = self.queues.get_mut(&queue) {
-            *n -= 1;
-            if *n == 0 {
-                self.queues.remove(&queue);
+        let key = Self::queue_of(&gone);
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.remove(&(gone.due_at_ms, id));
+            if queue.is_empty() {
+                self.queues.remove(&key);
             }
         }
     }
@@ -320,17 +301,20 @@ impl State {
     /// node). Each job is due at `now_ms` and keeps its `starts`, so the lapse counts as a
     /// recovery (R-DI-8). Returns how many.
     pub fn release_leases(&mut self, now_ms: i64) -> usize {
-        let leased: Vec<u128> = self
-            .jobs
-            .values()
-            .filter(|e| e.leased)
-            .map(|e| e.job.id)
+        let leased: Vec<u128> = (self.jobs.iter())
+            .filter(|(_, e)| e.leased)
+            .map(|(id, _)| *id)
             .collect();
         for id in &leased {
-            if let Some(entry) = self.jobs.get(id).cloned() {
-                let mut job = entry.job;
-                job.due_at_ms = now_ms;
-                self.put_job(job, false, entry.seg);
+            let Some(entry) = self.jobs.get_mut(id) else {
+                continue;
+            };
+            let before = entry.due_at_ms;
+            entry.due_at_ms = now_ms;
+            entry.leased = false;
+            if let Some(queue) = self.queues.get_mut(&Self::queue_of(entry)) {
+                queue.remove(&(before, *id));
+                queue.insert((now_ms, *id));
             }
         }
         leased.len()
