@@ -154,9 +154,37 @@ fn one_event_life(c: &mut Criterion, format: EmbeddedFormat, name: &str) {
     group.finish();
 }
 
+/// Opening the log store: replaying 100,000 events with one pending job each into the indexes
+/// (issue 17: the log keeps no checkpoint of its indexes, so a start replays every segment).
+fn log_open(c: &mut Criterion) {
+    const EVENTS: usize = 100_000;
+    let dir = {
+        let (rt, dir, store, unit, fence) = claimed_store(EmbeddedFormat::Log);
+        let sub = uuid::Uuid::now_v7();
+        for n in 0..EVENTS / 1000 {
+            let mut batch = batch(1000, (n as i64 + 1) * 1000);
+            batch.matches = vec![Matches(vec![sub]); 1000];
+            rt.block_on(store.write_batch(&unit, fence, Arc::new(batch)))
+                .expect("write");
+        }
+        dir
+    };
+    let mut group = c.benchmark_group("embedded_store_log");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.bench_function("open_100k_events_with_pending_jobs", |b| {
+        b.iter(|| {
+            let store = open_embedded(dir.path(), Some(EmbeddedFormat::Log), Default::default())
+                .expect("open");
+            drop(store);
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = embedded_write, delivery_life
+    targets = embedded_write, delivery_life, log_open
 }
 criterion_main!(benches);
