@@ -16,6 +16,8 @@ mod committer;
 mod delivery;
 mod job_entry;
 mod record;
+#[cfg(test)]
+mod replay_tests;
 mod retention;
 mod segments;
 mod state;

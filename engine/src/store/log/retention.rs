@@ -68,7 +68,7 @@ fn expire_events(tx: &mut Tx<'_>, retention: Retention, horizon: i64, expired: &
         let old: Vec<(u64, u128, i64)> = events
             .iter()
             .take_while(|(_, e)| e.received_at_ms < horizon)
-            .map(|(seq, e)| (*seq, e.id, e.received_at_ms))
+            .map(|(seq, e)| (*seq, e.id.as_u128(), e.received_at_ms))
             .collect();
         if !old.is_empty() {
             old_by_tenant.push((tenant.clone(), old));
@@ -154,13 +154,10 @@ fn carry_forward(tx: &mut Tx<'_>, seg: u32) -> Result<(), StoreError> {
         .state
         .lasting_marks
         .iter()
-        .filter(|(_, s)| **s == seg)
-        .map(|(key, _)| key.clone())
+        .filter(|(_, (_, s))| *s == seg)
+        .map(|(key, (seq, _))| (key.clone(), *seq))
         .collect();
-    for (ends_at_ms, tenant, id) in marks {
-        let Some(seq) = tx.state.seq_of(&tenant, id) else {
-            continue;
-        };
+    for ((ends_at_ms, tenant, id), seq) in marks {
         tx.change(Change::DedupMark {
             tenant,
             id,

@@ -7,7 +7,7 @@
 //! here whole. Each job, dead letter and lasting dedup mark remembers the segment of its last
 //! record, so dropping a segment knows what to carry forward.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -20,7 +20,8 @@ use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
 #[derive(Debug, Clone, Copy)]
 pub(super) struct EventEntry {
     pub loc: Loc,
-    pub id: u128,
+    /// The ce-id (a `Uuid`, not a `u128`: byte-aligned, so an index entry is 40 bytes, not 48).
+    pub id: Uuid,
     pub received_at_ms: i64,
 }
 
@@ -46,10 +47,12 @@ pub(super) struct State {
     pub heads: HashMap<String, u64>,
     /// A tenant's events by `seq`.
     pub events: HashMap<String, BTreeMap<u64, EventEntry>>,
-    /// A tenant's dedup marks: ce-id → `seq`.
-    pub dedup: HashMap<String, HashMap<u128, u64>>,
+    /// A tenant's dedup marks: the ce-ids it has (R-IN-6).
+    pub dedup: HashMap<String, HashSet<Uuid>>,
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → segment of the record.
-    pub lasting_marks: BTreeMap<(i64, String, u128), u32>,
+    /// Dedup marks that outlive their events: `(ends at, tenant, id)` → the event's `seq` and
+    /// the segment of the mark's record.
+    pub lasting_marks: BTreeMap<(i64, String, u128), (u64, u32)>,
     /// Boxed: a map of a million grows by doubling, and empty slots then cost a pointer each.
     pub jobs: HashMap<u128, Box<JobEntry>>,
     /// Each queue's jobs by due time (the due index a lane pages from); a queue with none is
@@ -86,14 +89,17 @@ impl State {
         self.heads.get(tenant).copied().unwrap_or(0)
     }
 
-    pub fn seq_of(&self, tenant: &str, id: u128) -> Option<u64> {
-        self.dedup.get(tenant)?.get(&id).copied()
+    /// Whether `tenant` has an event with ce-id `id` (kept, or its mark still is).
+    pub fn has_event(&self, tenant: &str, id: Uuid) -> bool {
+        self.dedup
+            .get(tenant)
+            .is_some_and(|marks| marks.contains(&id))
     }
 
     /// An event's arrival, stored at `loc`.
     pub fn apply_event(&mut self, loc: Loc, event: &StoredEvent) {
         let tenant = &event.event.tenant;
-        let id = event.event.id.as_u128();
+        let id = event.event.id;
         let entry = EventEntry {
             loc,
             id,
@@ -115,11 +121,11 @@ impl State {
         }
         match self.dedup.get_mut(tenant) {
             Some(marks) => {
-                marks.insert(entry.id, seq);
+                marks.insert(entry.id);
             }
             None => {
                 self.dedup
-                    .insert(tenant.to_owned(), HashMap::from([(entry.id, seq)]));
+                    .insert(tenant.to_owned(), HashSet::from([entry.id]));
             }
         }
         self.raise_head(tenant, seq);
@@ -222,11 +228,10 @@ impl State {
                 seq,
                 ends_at_ms,
             } => {
-                self.dedup
-                    .entry(tenant.clone())
-                    .or_default()
-                    .insert(id, seq);
-                self.lasting_marks.insert((ends_at_ms, tenant, id), loc.seg);
+                let marks = self.dedup.entry(tenant.clone()).or_default();
+                marks.insert(Uuid::from_u128(id));
+                self.lasting_marks
+                    .insert((ends_at_ms, tenant, id), (seq, loc.seg));
             }
             Change::DedupGone {
                 tenant,
@@ -234,7 +239,7 @@ impl State {
                 ends_at_ms,
             } => {
                 if let Some(marks) = self.dedup.get_mut(&tenant) {
-                    marks.remove(&id);
+                    marks.remove(&Uuid::from_u128(id));
                 }
                 self.lasting_marks.remove(&(ends_at_ms, tenant, id));
             }

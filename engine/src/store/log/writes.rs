@@ -32,7 +32,7 @@ impl Tx<'_> {
         let loc = self.frame.push_event(&StoredEventRef { seq, event });
         let entry = EventEntry {
             loc,
-            id: event.id.as_u128(),
+            id: event.id,
             received_at_ms: event.received_at_ms,
         };
         self.state.index_event(&event.tenant, seq, entry);
@@ -94,7 +94,7 @@ pub(super) fn ingest(
     fence.check(unit, current)?;
     let mut outcome = BatchOutcome::default();
     for (i, event) in batch.events.iter().enumerate() {
-        if tx.state.seq_of(&event.tenant, event.id.as_u128()).is_some() {
+        if tx.state.has_event(&event.tenant, event.id) {
             outcome.duplicates.push((event.tenant.clone(), event.id));
             continue;
         }
