@@ -338,3 +338,46 @@ async fn r_in_7_log_store_on_a_full_disk_fails_writes_whole_and_resumes() {
         Some(acknowledged + 1)
     );
 }
+
+/// R-IN-7 with prepared segments: the log rolls into a segment written full of zeros ahead of
+/// time, appends within it, and a restart finds every frame before the zeros and goes on after
+/// the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_7_a_prepared_segment_is_rolled_into_and_replayed_up_to_its_zeros() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let http = UnitId::new("http:lender", 0);
+    let segment_bytes = 64 << 10;
+    let prepared = dir.path().join("0000000001.prep");
+    let store = LogStore::open_with(dir.path(), segment_bytes).expect("open");
+    for _ in 0..100 {
+        if prepared.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(prepared.exists(), "the next segment is prepared ahead");
+    let mut written = 0u64;
+    while segment_files(dir.path()).len() < 2 {
+        let events = (0..20).map(|_| event("t-prep", "x.created")).collect();
+        write_with_jobs(&store, &http, 0, events, &[]).await;
+        written += 20;
+    }
+    let rolled_into = segment_files(dir.path()).remove(1);
+    let len = std::fs::metadata(&rolled_into).expect("meta").len();
+    assert!(
+        len >= segment_bytes,
+        "the new segment is the prepared one ({len} bytes)"
+    );
+    drop(store);
+    let store = LogStore::open_with(dir.path(), segment_bytes).expect("reopen");
+    let more = vec![event("t-prep", "x.updated")];
+    write_with_jobs(&store, &http, 0, more, &[]).await;
+    drop(store);
+    let store = LogStore::open_with(dir.path(), segment_bytes).expect("reopen again");
+    let seqs: Vec<u64> = (store.read_events("t-prep", 0, 10_000).await)
+        .expect("read")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=written + 1).collect::<Vec<_>>());
+}
