@@ -87,7 +87,16 @@ impl Segments {
                     .map_err(unavailable)?
                     .len();
             }
-            None => segments.create(0)?,
+            None => {
+                // A new log starts in a prepared segment too (once, at its creation).
+                if prepare_bytes > 0 {
+                    if let Err(e) = write_prepared(dir, 0, prepare_bytes) {
+                        let _ = std::fs::remove_file(dir.join(format!("{:010}.prep-tmp", 0)));
+                        tracing::warn!(error = %e, "could not prepare the first log segment");
+                    }
+                }
+                segments.create(0)?
+            }
         }
         segments.prepare(segments.active + 1);
         Ok(segments)

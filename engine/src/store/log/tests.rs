@@ -175,16 +175,21 @@ async fn r_in_7_a_torn_frame_at_the_end_is_dropped_on_open() {
         }
     }
     let segment = segment_files(dir.path()).remove(0);
-    let whole = std::fs::read(&segment).expect("read");
+    let bytes = std::fs::read(&segment).expect("read");
+    // The frames end where the prepared segment's zeros begin.
+    let frames_end = super::record::frames(0, &bytes).1 as usize;
+    assert!(frames_end > 0 && bytes[frames_end..].iter().all(|b| *b == 0));
     // A frame header that promises more than follows, as a crash mid-write leaves it.
-    let mut torn = whole.clone();
+    let mut torn = bytes[..frames_end].to_vec();
     torn.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9]);
+    torn.resize(bytes.len(), 0);
     std::fs::write(&segment, &torn).expect("tear");
 
     let store = LogStore::open(dir.path()).expect("reopen");
     assert_eq!(
         std::fs::metadata(&segment).expect("meta").len(),
-        whole.len() as u64
+        frames_end as u64,
+        "cut back after the last whole frame"
     );
     write_with_jobs(&store, &http, 0, vec![event("t-torn", "x.created")], &[]).await;
     drop(store);
