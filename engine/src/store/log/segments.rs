@@ -38,6 +38,17 @@ pub(super) struct Segments {
     _lock: File,
     /// How many zeros a prepared segment holds (0: none are prepared).
     prepare_bytes: u64,
+    /// The thread preparing the next segment, joined before another starts and when the log
+    /// closes (so no thread of a closed log still writes into its directory).
+    preparing: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Segments {
+    fn drop(&mut self) {
+        if let Some(thread) = self.preparing.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn segment_path(dir: &Path, n: u32) -> PathBuf {
@@ -68,7 +79,9 @@ impl Segments {
                 files.insert(n, Arc::new(open_file(&path)?));
             } else if is_prepared(&path) {
                 // A segment prepared by an earlier run: prepared again when needed.
-                std::fs::remove_file(&path).map_err(unavailable)?;
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "could not remove a prepared log segment");
+                }
             }
         }
         let mut segments = Self {
@@ -78,6 +91,7 @@ impl Segments {
             active_len: 0,
             _lock: lock,
             prepare_bytes,
+            preparing: None,
         };
         match segments.files.keys().next_back().copied() {
             Some(newest) => {
@@ -104,9 +118,12 @@ impl Segments {
 
     /// Starts preparing segment `n` on a thread of its own (best effort: a segment not ready
     /// when the log rolls is created empty).
-    fn prepare(&self, n: u32) {
+    fn prepare(&mut self, n: u32) {
         if self.prepare_bytes == 0 {
             return;
+        }
+        if let Some(previous) = self.preparing.take() {
+            let _ = previous.join();
         }
         let (dir, bytes) = (self.dir.clone(), self.prepare_bytes);
         let spawned = std::thread::Builder::new()
@@ -118,8 +135,9 @@ impl Segments {
                     tracing::warn!(segment = n, error = %e, "could not prepare a log segment");
                 }
             });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "could not start preparing a log segment");
+        match spawned {
+            Ok(thread) => self.preparing = Some(thread),
+            Err(e) => tracing::warn!(error = %e, "could not start preparing a log segment"),
         }
     }
 
