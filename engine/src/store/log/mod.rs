@@ -77,7 +77,7 @@ impl LogStore {
         let started = std::time::Instant::now();
         let mut log = Log {
             state: state::State::default(),
-            segments: Segments::open(dir, segment_bytes)?,
+            segments: Segments::open(dir)?,
             segment_bytes,
             spent: Vec::new(),
         };

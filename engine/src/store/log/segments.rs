@@ -4,12 +4,6 @@
 //! Each append is one frame written at the end and one `fdatasync`. Readers read records with
 //! positioned reads (`pread`) through a shared handle, so a segment dropped while a read is
 //! under way stays readable until that read ends.
-//!
-//! A new segment is prepared ahead, on a thread of its own: written full of zeros and synced
-//! under a name replay ignores (`<n>.prep`), then renamed when the log rolls to it. Appending
-//! into blocks the file already has makes `fdatasync` flush data only, not the file's size
-//! through the journal: 47–50 µs of CPU and 135–176 µs of wall time per sync here, against
-//! 57–70 µs and 205–231 µs for an append that grows the file. Replay stops at the zeros.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -36,19 +30,6 @@ pub(super) struct Segments {
     active_len: u64,
     /// Held (an advisory lock on `LOCK`) while the log is open: one process writes a log.
     _lock: File,
-    /// How many zeros a prepared segment holds (0: none are prepared).
-    prepare_bytes: u64,
-    /// The thread preparing the next segment, joined before another starts and when the log
-    /// closes (so no thread of a closed log still writes into its directory).
-    preparing: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Segments {
-    fn drop(&mut self) {
-        if let Some(thread) = self.preparing.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 fn segment_path(dir: &Path, n: u32) -> PathBuf {
@@ -58,7 +39,7 @@ fn segment_path(dir: &Path, n: u32) -> PathBuf {
 impl Segments {
     /// Opens the segments in `dir`, creating the directory and a first segment when there are
     /// none.
-    pub fn open(dir: &Path, prepare_bytes: u64) -> Result<Self, StoreError> {
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(unavailable)?;
         let lock = open_file(&dir.join("LOCK"))?;
         lock.try_lock().map_err(|e| {
@@ -77,11 +58,6 @@ impl Segments {
                 .and_then(|n| n.parse::<u32>().ok());
             if let Some(n) = number {
                 files.insert(n, Arc::new(open_file(&path)?));
-            } else if is_prepared(&path) {
-                // A segment prepared by an earlier run: prepared again when needed.
-                if let Err(e) = std::fs::remove_file(&path) {
-                    tracing::warn!(path = %path.display(), error = %e, "could not remove a prepared log segment");
-                }
             }
         }
         let mut segments = Self {
@@ -90,8 +66,6 @@ impl Segments {
             active: 0,
             active_len: 0,
             _lock: lock,
-            prepare_bytes,
-            preparing: None,
         };
         match segments.files.keys().next_back().copied() {
             Some(newest) => {
@@ -101,53 +75,13 @@ impl Segments {
                     .map_err(unavailable)?
                     .len();
             }
-            None => {
-                // A new log starts in a prepared segment too (once, at its creation).
-                if prepare_bytes > 0 {
-                    if let Err(e) = write_prepared(dir, 0, prepare_bytes) {
-                        let _ = std::fs::remove_file(dir.join(format!("{:010}.prep-tmp", 0)));
-                        tracing::warn!(error = %e, "could not prepare the first log segment");
-                    }
-                }
-                segments.create(0)?
-            }
+            None => segments.create(0)?,
         }
-        segments.prepare(segments.active + 1);
         Ok(segments)
     }
 
-    /// Starts preparing segment `n` on a thread of its own (best effort: a segment not ready
-    /// when the log rolls is created empty).
-    fn prepare(&mut self, n: u32) {
-        if self.prepare_bytes == 0 {
-            return;
-        }
-        if let Some(previous) = self.preparing.take() {
-            let _ = previous.join();
-        }
-        let (dir, bytes) = (self.dir.clone(), self.prepare_bytes);
-        let spawned = std::thread::Builder::new()
-            .name("log-prepare".into())
-            .spawn(move || {
-                if let Err(e) = write_prepared(&dir, n, bytes) {
-                    // Leaves no half-written file to take room a full disk needs.
-                    let _ = std::fs::remove_file(dir.join(format!("{n:010}.prep-tmp")));
-                    tracing::warn!(segment = n, error = %e, "could not prepare a log segment");
-                }
-            });
-        match spawned {
-            Ok(thread) => self.preparing = Some(thread),
-            Err(e) => tracing::warn!(error = %e, "could not start preparing a log segment"),
-        }
-    }
-
     fn create(&mut self, n: u32) -> Result<(), StoreError> {
-        let path = segment_path(&self.dir, n);
-        let prepared = prepared_path(&self.dir, n);
-        if prepared.exists() {
-            std::fs::rename(&prepared, &path).map_err(unavailable)?;
-        }
-        let file = open_file(&path)?;
+        let file = open_file(&segment_path(&self.dir, n))?;
         sync_dir(&self.dir)?;
         self.files.insert(n, Arc::new(file));
         self.active = n;
@@ -174,9 +108,7 @@ impl Segments {
 
     /// Starts a new segment; appends go there from now on.
     pub fn roll(&mut self) -> Result<(), StoreError> {
-        self.create(self.active + 1)?;
-        self.prepare(self.active + 1);
-        Ok(())
+        self.create(self.active + 1)
     }
 
     /// Appends a frame to the active segment and syncs it. On failure the segment is cut back
@@ -230,7 +162,7 @@ impl Segments {
             for (loc, record) in records {
                 apply(loc, record)?;
             }
-            if end < len && !bytes[end as usize..].iter().all(|b| *b == 0) {
+            if end < len {
                 tracing::warn!(
                     segment = n,
                     kept = end,
@@ -239,9 +171,6 @@ impl Segments {
                 );
                 file.set_len(end).map_err(unavailable)?;
                 file.sync_data().map_err(unavailable)?;
-            } else if end < len && n != self.active {
-                // The unused zeros of a prepared segment that is full.
-                file.set_len(end).map_err(unavailable)?;
             }
             if n == self.active {
                 self.active_len = end;
@@ -257,31 +186,6 @@ pub(super) fn read(file: &File, loc: Loc) -> Result<Vec<u8>, StoreError> {
     file.read_exact_at(&mut bytes, loc.offset)
         .map_err(unavailable)?;
     Ok(bytes)
-}
-
-fn prepared_path(dir: &Path, n: u32) -> PathBuf {
-    dir.join(format!("{n:010}.prep"))
-}
-
-fn is_prepared(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|x| x == "prep" || x == "prep-tmp")
-}
-
-/// Writes segment `n` full of zeros under a temporary name, syncs it, and names it prepared.
-fn write_prepared(dir: &Path, n: u32, bytes: u64) -> std::io::Result<()> {
-    let temporary = dir.join(format!("{n:010}.prep-tmp"));
-    let file = File::create(&temporary)?;
-    let zeros = vec![0u8; 1 << 20];
-    let mut written = 0;
-    while written < bytes {
-        let chunk = zeros.len().min((bytes - written) as usize);
-        file.write_all_at(&zeros[..chunk], written)?;
-        written += chunk as u64;
-    }
-    file.sync_all()?;
-    std::fs::rename(&temporary, prepared_path(dir, n))?;
-    File::open(dir)?.sync_all()
 }
 
 fn open_file(path: &Path) -> Result<File, StoreError> {
