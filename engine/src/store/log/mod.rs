@@ -173,14 +173,8 @@ fn forensic_page<T>(
                 next_cursor: Some(number),
             });
         }
-        let [record] = read_records(vec![(loc, file)])?
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("forensic read".into()))?;
-        let Record::Change(change) = record else {
-            return Err(StoreError::Corrupt(
-                "a forensic index points at an event".into(),
-            ));
-        };
+        let file = file.ok_or_else(|| StoreError::Corrupt("a log segment is gone".into()))?;
+        let change = Record::decode(&segments::read(&file, loc)?)?.into_change()?;
         if let Some(item) = pick(change).filter(|i| keep(i)) {
             items.push(item);
         }
@@ -232,12 +226,7 @@ impl Store for LogStore {
         });
         read_records(handles)?
             .into_iter()
-            .map(|record| match record {
-                Record::Event(event) => Ok(event),
-                Record::Change(_) => Err(StoreError::Corrupt(
-                    "an event index points at a change".into(),
-                )),
-            })
+            .map(Record::into_event)
             .collect()
     }
 

@@ -130,6 +130,26 @@ impl Record {
             _ => Err(StoreError::Corrupt("unknown log record kind".into())),
         }
     }
+
+    /// The event an event index pointed at (anything else is corruption).
+    pub(super) fn into_event(self) -> Result<StoredEvent, StoreError> {
+        match self {
+            Record::Event(event) => Ok(event),
+            Record::Change(_) => Err(StoreError::Corrupt(
+                "an event index points at a change".into(),
+            )),
+        }
+    }
+
+    /// The change an index of changes pointed at (anything else is corruption).
+    pub(super) fn into_change(self) -> Result<Change, StoreError> {
+        match self {
+            Record::Change(change) => Ok(change),
+            Record::Event(_) => Err(StoreError::Corrupt(
+                "a change index points at an event".into(),
+            )),
+        }
+    }
 }
 
 /// A frame being built at a known place: every record pushed knows its `Loc` at once.

@@ -11,7 +11,7 @@
 //! Units, heads, statistics, pull positions and counters are few: every new segment starts with
 //! all of them ([`snapshot`]), so they never need carrying.
 
-use super::record::{Change, Record};
+use super::record::Change;
 use super::writes::Tx;
 use crate::store::{Expired, Retention, StoreError};
 
@@ -171,14 +171,8 @@ fn carry_forward(tx: &mut Tx<'_>, seg: u32) -> Result<(), StoreError> {
         .map(|row| row.loc)
         .collect();
     for loc in forensic_locs {
-        match tx.read(loc)? {
-            Record::Change(change) => tx.change(change),
-            Record::Event(_) => {
-                return Err(StoreError::Corrupt(
-                    "a forensic index points at an event".into(),
-                ))
-            }
-        }
+        let change = tx.read(loc)?.into_change()?;
+        tx.change(change);
     }
     Ok(())
 }

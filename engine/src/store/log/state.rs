@@ -290,8 +290,7 @@ impl State {
         };
         let young = events.split_off(&through.saturating_add(1));
         let old = std::mem::replace(events, young);
-        let marks = self.dedup.get_mut(tenant);
-        let mut marks = marks;
+        let mut marks = self.dedup.get_mut(tenant);
         for entry in old.values() {
             if let Some(n) = self.live_events.get_mut(&entry.loc.seg) {
                 *n = n.saturating_sub(1);

@@ -55,12 +55,7 @@ impl Tx<'_> {
         let Some(entry) = self.state.events.get(tenant).and_then(|e| e.get(&seq)) else {
             return Ok(None);
         };
-        match self.read(entry.loc)? {
-            Record::Event(event) => Ok(Some(event)),
-            Record::Change(_) => Err(StoreError::Corrupt(
-                "an event index points at a change".into(),
-            )),
-        }
+        self.read(entry.loc)?.into_event().map(Some)
     }
 }
 
