@@ -111,6 +111,10 @@ pub struct HubConfig {
     /// Concurrent delivery attempts per shard (R-DI-2). Env `STREAMING_HUB_DELIVERY_WORKERS`.
     /// Default 8.
     pub delivery_workers: u32,
+    /// Plain-`http` webhook attempts run on the shards' own HTTP client (issue 17: no hop to
+    /// tokio); `false` sends them through the tokio client like every other kind. Env
+    /// `STREAMING_HUB_WEBHOOKS_ON_SHARDS`. Default true.
+    pub webhooks_on_shards: bool,
     /// Started attempts without an outcome before a job is dead-lettered as poison (R-DI-8).
     /// Env `STREAMING_HUB_RECOVERY_LIMIT`. Default 5.
     pub recovery_limit: u32,
@@ -204,6 +208,7 @@ impl Default for HubConfig {
             max_value_bytes: 1 << 20,
             max_header_bytes: 4096,
             delivery_workers: 8,
+            webhooks_on_shards: true,
             recovery_limit: 5,
             autodisable_enabled: true,
             autodisable_window_ms: crate::delivery::autodisable::DEFAULT_WINDOW_MS,
@@ -378,6 +383,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("DELIVERY_WORKERS") {
             self.delivery_workers = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("WEBHOOKS_ON_SHARDS") {
+            self.webhooks_on_shards = parse(&k, v)?;
         }
         if let Some((k, v)) = env("RECOVERY_LIMIT") {
             self.recovery_limit = parse(&k, v)?;

@@ -144,21 +144,9 @@ impl Sinks {
         let endpoint = sub.endpoint.as_deref().unwrap_or_default();
         match (sub.sink_kind, material) {
             (SinkKind::Webhook, Material::Signing(keys)) => {
-                let attempt = Attempt {
-                    endpoint,
-                    event_id: ev.id,
-                    event_key: ev.key,
-                    source: ev.source,
-                    tenant: ev.tenant,
-                    schema_version: ev.schema_version,
-                    content_type: ev.content_type,
-                    traceparent: ev.traceparent,
-                    tracestate: ev.tracestate,
-                    body: ev.body.clone(),
-                    timeout: webhook_timeout(sub),
-                    unix_s: now_ms / 1000,
-                };
-                self.webhook.send(&attempt, keys).await
+                self.webhook
+                    .send(&webhook_attempt(sub, ev, now_ms), keys)
+                    .await
             }
             (
                 SinkKind::Rabbitmq,
@@ -214,6 +202,24 @@ impl Sinks {
         } else {
             self.eventbridge.send(endpoint, keys, ev).await
         }
+    }
+}
+
+/// What a webhook attempt of `ev` to `sub` sends at `now_ms`, for either webhook client.
+pub fn webhook_attempt<'a>(sub: &'a Subscription, ev: &EventOut<'a>, now_ms: i64) -> Attempt<'a> {
+    Attempt {
+        endpoint: sub.endpoint.as_deref().unwrap_or_default(),
+        event_id: ev.id,
+        event_key: ev.key,
+        source: ev.source,
+        tenant: ev.tenant,
+        schema_version: ev.schema_version,
+        content_type: ev.content_type,
+        traceparent: ev.traceparent,
+        tracestate: ev.tracestate,
+        body: ev.body.clone(),
+        timeout: webhook_timeout(sub),
+        unix_s: now_ms / 1000,
     }
 }
 

@@ -36,6 +36,7 @@ pub mod pacing;
 pub mod pull;
 pub mod recent;
 pub mod retry;
+pub mod shard_webhook;
 pub mod start;
 mod strays;
 pub use hub_core::sink::webhook::signature;

@@ -62,6 +62,7 @@ impl Delivery {
                 ..Default::default()
             },
             autodisable: autodisable_policy(config),
+            webhooks_on_shard: config.webhooks_on_shards,
             // A CQL step takes tens of milliseconds (several round trips to a busy server), an
             // embedded one about one fsync: lease more rounds ahead so workers never wait on it.
             lease_ahead: match config.store {

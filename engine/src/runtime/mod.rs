@@ -5,6 +5,7 @@
 //! another thread-per-core runtime touches one folder.
 
 mod bridge;
+pub mod http;
 mod shards;
 
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};

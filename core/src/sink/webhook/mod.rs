@@ -64,6 +64,7 @@ pub use crate::sink::outcome::Outcome;
 pub struct WebhookClient {
     http: reqwest::Client,
     policy: Arc<DestinationPolicy>,
+    resolver: Arc<dyn Resolver>,
 }
 
 /// Resolves names and refuses any answer that R-SEC-2 forbids (unless the host is allow-listed),
@@ -77,11 +78,11 @@ struct CheckedResolver {
 
 #[derive(Debug, thiserror::Error)]
 #[error("destination not allowed: {0}")]
-struct NotAllowed(String);
+pub struct NotAllowed(String);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{host} could not be resolved: {why:?}")]
-struct Unresolved {
+pub struct Unresolved {
     host: String,
     why: ResolveError,
 }
@@ -91,23 +92,38 @@ impl reqwest::dns::Resolve for CheckedResolver {
         let (policy, resolver) = (self.policy.clone(), self.resolver.clone());
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let ips = resolver.resolve(&host, 0).await.map_err(|why| {
-                Box::new(Unresolved {
-                    host: host.clone(),
-                    why,
-                })
-            })?;
-            if !policy.allows_host(SinkKind::Webhook, &host) {
-                if let Some(why) = ips.iter().find_map(|ip| refused_because(*ip)) {
-                    return Err(
-                        Box::new(NotAllowed(format!("{host} resolves to a {why} address")))
-                            as Box<dyn std::error::Error + Send + Sync>,
-                    );
-                }
-            }
+            let ips = checked_addresses(&policy, resolver.as_ref(), &host)
+                .await
+                .map_err(|refused| match refused {
+                    ConnectRefused::NotAllowed(e) => {
+                        Box::new(e) as Box<dyn std::error::Error + Send + Sync>
+                    }
+                    ConnectRefused::Unresolved(e) => Box::new(e),
+                })?;
             let addrs = ips.into_iter().map(|ip| SocketAddr::new(ip, 0));
             Ok(Box::new(addrs) as reqwest::dns::Addrs)
         })
+    }
+}
+
+/// Why a connection was not made: the name resolves to a forbidden address, or does not
+/// resolve.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectRefused {
+    #[error(transparent)]
+    NotAllowed(NotAllowed),
+    #[error(transparent)]
+    Unresolved(Unresolved),
+}
+
+impl ConnectRefused {
+    /// The attempt's outcome: nothing was sent.
+    pub fn outcome(&self) -> Outcome {
+        let class = match self {
+            Self::NotAllowed(_) => ErrorClass::DestinationNotAllowed,
+            Self::Unresolved(_) => ErrorClass::ConnectionFailed,
+        };
+        Outcome::refused(class, short(&self.to_string()))
     }
 }
 
@@ -130,7 +146,7 @@ impl WebhookClient {
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(CheckedResolver {
                 policy: policy.clone(),
-                resolver,
+                resolver: resolver.clone(),
             }))
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(64)
@@ -138,54 +154,33 @@ impl WebhookClient {
             .user_agent("lerian-streaming-hub")
             .build()
             .map_err(|e| e.to_string())?;
-        Ok(Self { http, policy })
+        Ok(Self {
+            http,
+            policy,
+            resolver,
+        })
+    }
+
+    /// The destination policy every attempt of this client is checked against (R-SEC-2).
+    pub fn policy(&self) -> &DestinationPolicy {
+        &self.policy
+    }
+
+    /// The resolver names are resolved through at connect (each answer checked).
+    pub fn resolver(&self) -> &Arc<dyn Resolver> {
+        &self.resolver
     }
 
     /// Makes exactly one attempt (R-DI-4) and classifies it. Never panics, never returns an error:
     /// every failure is an `Outcome`.
     pub async fn send(&self, a: &Attempt<'_>, keys: &Keys) -> Outcome {
         let started = Instant::now();
-        let url = match reqwest::Url::parse(a.endpoint) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") => u,
-            _ => return Outcome::refused(ErrorClass::InvalidEndpoint, "not an http(s) URL"),
+        let request = match prepare(&self.policy, a, keys) {
+            Ok(r) => r,
+            Err(refused) => return refused,
         };
-        // An address literal never reaches the resolver: check it here (it cannot rebind).
-        if let Some(ip) = literal_ip(&url) {
-            let host = url.host_str().unwrap_or_default();
-            if let (Some(why), false) = (
-                refused_because(ip),
-                self.policy.allows_host(SinkKind::Webhook, host),
-            ) {
-                return Outcome::refused(
-                    ErrorClass::DestinationNotAllowed,
-                    format!("the destination is a {why} address"),
-                );
-            }
-        }
-        let event_id = a.event_id.to_string();
-        let mut req = self
-            .http
-            .post(url)
-            .timeout(a.timeout)
-            .header("content-type", a.content_type.unwrap_or("application/json"))
-            .header("X-Lerian-Event-Id", &event_id)
-            .header("X-Lerian-Delivery-Id", Uuid::now_v7().to_string())
-            .header("X-Lerian-Event-Type", a.event_key)
-            .header("X-Lerian-Event-Source", a.source)
-            .header("X-Lerian-Tenant-Id", a.tenant)
-            .header("X-Lerian-Schema-Version", a.schema_version);
-        for (name, value) in [("traceparent", a.traceparent), ("tracestate", a.tracestate)] {
-            if let Some(v) = value {
-                req = req.header(name, v);
-            }
-        }
-        for (name, value) in signature_headers(
-            &keys.current,
-            keys.previous.as_ref(),
-            &event_id,
-            a.unix_s,
-            &a.body,
-        ) {
+        let mut req = self.http.post(request.url).timeout(a.timeout);
+        for (name, value) in request.headers {
             req = req.header(name, value);
         }
         let resp = match req.body(a.body.clone()).send().await {
@@ -194,18 +189,117 @@ impl WebhookClient {
         };
         let status = resp.status();
         let prefix = read_capped(resp).await;
-        let took = started.elapsed();
-        match status.as_u16() {
-            200..=299 => Outcome::delivered(Some(status.as_u16()), took),
-            300..=399 => Outcome::failed(
-                ErrorClass::Redirect,
-                Some(status.as_u16()),
-                "redirects are not followed",
-                took,
-            ),
-            code => Outcome::failed(ErrorClass::HttpStatus, Some(code), prefix, took),
+        answered(status.as_u16(), prefix, started.elapsed())
+    }
+}
+
+/// One attempt's request, checked and signed, for whichever client sends it (this one on tokio,
+/// or the engine's on its shards): where it goes, and its headers (R-DI-5, R-DI-12).
+#[derive(Debug)]
+pub struct Prepared {
+    pub url: reqwest::Url,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// Checks the endpoint (an http(s) URL; an address literal against R-SEC-2 here, since it never
+/// reaches a resolver) and builds the headers, signatures included.
+pub fn prepare(
+    policy: &DestinationPolicy,
+    a: &Attempt<'_>,
+    keys: &Keys,
+) -> Result<Prepared, Outcome> {
+    let url = match reqwest::Url::parse(a.endpoint) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+        _ => {
+            return Err(Outcome::refused(
+                ErrorClass::InvalidEndpoint,
+                "not an http(s) URL",
+            ))
+        }
+    };
+    if let Some(ip) = literal_ip(&url) {
+        let host = url.host_str().unwrap_or_default();
+        if let (Some(why), false) = (
+            refused_because(ip),
+            policy.allows_host(SinkKind::Webhook, host),
+        ) {
+            return Err(Outcome::refused(
+                ErrorClass::DestinationNotAllowed,
+                format!("the destination is a {why} address"),
+            ));
         }
     }
+    let event_id = a.event_id.to_string();
+    let mut headers = vec![
+        (
+            "content-type",
+            a.content_type.unwrap_or("application/json").to_owned(),
+        ),
+        ("X-Lerian-Event-Id", event_id.clone()),
+        ("X-Lerian-Delivery-Id", Uuid::now_v7().to_string()),
+        ("X-Lerian-Event-Type", a.event_key.to_owned()),
+        ("X-Lerian-Event-Source", a.source.to_owned()),
+        ("X-Lerian-Tenant-Id", a.tenant.to_owned()),
+        ("X-Lerian-Schema-Version", a.schema_version.to_owned()),
+    ];
+    for (name, value) in [("traceparent", a.traceparent), ("tracestate", a.tracestate)] {
+        if let Some(v) = value {
+            headers.push((name, v.to_owned()));
+        }
+    }
+    headers.extend(signature_headers(
+        &keys.current,
+        keys.previous.as_ref(),
+        &event_id,
+        a.unix_s,
+        &a.body,
+    ));
+    Ok(Prepared { url, headers })
+}
+
+/// The addresses `host` resolves to, refused whole when one is an address R-SEC-2 forbids (unless
+/// the host is allow-listed): checked at every new connection, so the address connected to is
+/// the address checked.
+pub async fn checked_addresses(
+    policy: &DestinationPolicy,
+    resolver: &dyn Resolver,
+    host: &str,
+) -> Result<Vec<IpAddr>, ConnectRefused> {
+    let ips = resolver.resolve(host, 0).await.map_err(|why| {
+        ConnectRefused::Unresolved(Unresolved {
+            host: host.to_owned(),
+            why,
+        })
+    })?;
+    if !policy.allows_host(SinkKind::Webhook, host) {
+        if let Some(why) = ips.iter().find_map(|ip| refused_because(*ip)) {
+            return Err(ConnectRefused::NotAllowed(NotAllowed(format!(
+                "{host} resolves to a {why} address"
+            ))));
+        }
+    }
+    Ok(ips)
+}
+
+/// The outcome of an answer: success is a 2xx; a 3xx is a failure (redirects are not followed);
+/// anything else keeps a short prefix of the body for the operator.
+pub fn answered(status: u16, prefix: String, took: Duration) -> Outcome {
+    match status {
+        200..=299 => Outcome::delivered(Some(status), took),
+        300..=399 => Outcome::failed(
+            ErrorClass::Redirect,
+            Some(status),
+            "redirects are not followed",
+            took,
+        ),
+        code => Outcome::failed(ErrorClass::HttpStatus, Some(code), prefix, took),
+    }
+}
+
+/// The detail kept of a response body: its first characters, as lossy text.
+pub fn body_prefix(kept: &[u8]) -> String {
+    // Short: the detail is for an operator's eye, not an archive of the response.
+    String::from_utf8_lossy(kept).chars().take(256).collect()
 }
 
 fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
@@ -228,9 +322,7 @@ async fn read_capped(mut resp: reqwest::Response) -> String {
             _ => break,
         }
     }
-    // Short: the detail is for an operator's eye, not an archive of the response.
-    let text = String::from_utf8_lossy(&kept);
-    text.chars().take(256).collect()
+    body_prefix(&kept)
 }
 
 fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {

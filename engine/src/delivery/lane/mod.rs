@@ -24,10 +24,11 @@ use bytes::Bytes;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hub_control::service::Control;
+use hub_core::model::SinkKind;
 use hub_core::model::Subscription;
 use hub_core::secrets::Keyring;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
-use hub_core::sink::{EventOut, Sinks};
+use hub_core::sink::{EventOut, Material, Sinks};
 use rand::SeedableRng;
 
 use super::autodisable::{Policy, Streak};
@@ -37,6 +38,7 @@ use super::fairness::{weight_of, Due, Scheduler};
 use super::follow::Subscriptions;
 use super::pacing::Pacing;
 use super::recent::RecentlyLeased;
+use super::shard_webhook::ShardWebhooks;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
@@ -74,6 +76,8 @@ pub struct LaneConfig {
     pub settle_linger: Duration,
     pub breaker: BreakerConfig,
     pub autodisable: Policy,
+    /// Plain-`http` webhook attempts run on the shard's own client (issue 17), not on tokio.
+    pub webhooks_on_shard: bool,
 }
 
 impl Default for LaneConfig {
@@ -89,6 +93,7 @@ impl Default for LaneConfig {
             settle_linger: Duration::from_millis(SETTLE_LINGER_MS),
             breaker: BreakerConfig::default(),
             autodisable: Policy::default(),
+            webhooks_on_shard: true,
         }
     }
 }
@@ -139,6 +144,9 @@ struct InFlight {
 
 type AttemptDone = (u128, Outcome, i64);
 
+/// An attempt running on the shard (or awaiting the bridge), to its outcome.
+type AttemptFuture = std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>;
+
 /// What the tokio side answers for a store step.
 type StepReply = Result<Result<StepOutcome, StoreError>, crate::runtime::BridgeClosed>;
 
@@ -183,10 +191,14 @@ impl DeliveryLane {
             recent: RecentlyLeased::new(RECENT_LEASES),
             lanes: self.ownership.lanes_of(self.shard),
             unpublished: Vec::new(),
+            shard_webhooks: self.config.webhooks_on_shard.then(|| {
+                std::rc::Rc::new(ShardWebhooks::new(
+                    self.sinks.webhook.clone(),
+                    self.bridge.clone(),
+                ))
+            }),
         };
-        let mut attempts: FuturesUnordered<
-            std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
-        > = FuturesUnordered::new();
+        let mut attempts: FuturesUnordered<AttemptFuture> = FuturesUnordered::new();
         // At most one store step in flight; attempts keep running (and finished ones keep
         // handing their workers to leased jobs) while it is written.
         let mut step: Option<StepInFlight> = None;
@@ -333,13 +345,7 @@ impl DeliveryLane {
     /// Starts attempts for leased jobs while workers are free (R-DI-3 cap per destination).
     /// A job of a lane this process no longer holds is not started (the fence: its next holder
     /// found it due and delivers it).
-    fn refill(
-        &self,
-        lane: &mut LaneState,
-        attempts: &mut FuturesUnordered<
-            std::pin::Pin<Box<dyn std::future::Future<Output = AttemptDone>>>,
-        >,
-    ) {
+    fn refill(&self, lane: &mut LaneState, attempts: &mut FuturesUnordered<AttemptFuture>) {
         while attempts.len() < self.config.workers as usize {
             let Some(s) = lane.next_ready(self.config.workers) else {
                 break;
@@ -348,7 +354,7 @@ impl DeliveryLane {
                 lane.drop_unstarted(s.job.id);
                 continue;
             }
-            attempts.push(Box::pin(self.attempt(lane, s)));
+            attempts.push(self.attempt(lane, s));
         }
     }
 
@@ -393,9 +399,18 @@ struct LaneState {
     lanes: Vec<Lane>,
     /// Outcomes of attempts settled in `settle`, told to live readers once written.
     unpublished: Vec<hub_core::outcomes::DeliveryOutcome>,
+    /// The shard's own webhook client (`LaneConfig::webhooks_on_shard`).
+    shard_webhooks: Option<std::rc::Rc<ShardWebhooks>>,
 }
 
 impl LaneState {
+    /// The shard's webhook client, when it carries `sub`'s attempts.
+    fn shard_webhooks_for(&self, sub: &Subscription) -> Option<std::rc::Rc<ShardWebhooks>> {
+        let endpoint = sub.endpoint.as_deref()?;
+        let on_shard = sub.sink_kind == SinkKind::Webhook && ShardWebhooks::carries(endpoint);
+        self.shard_webhooks.clone().filter(|_| on_shard)
+    }
+
     /// The first leased job whose destination runs fewer than half the workers (R-DI-3).
     fn next_ready(&mut self, workers: u32) -> Option<Started> {
         let cap = super::fairness::running_cap(workers);

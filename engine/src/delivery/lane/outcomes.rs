@@ -5,12 +5,9 @@
 use super::*;
 
 impl DeliveryLane {
-    /// One attempt on the tokio side: opens the secret in memory, signs and sends.
-    pub(super) fn attempt(
-        &self,
-        lane: &mut LaneState,
-        started: Started,
-    ) -> impl std::future::Future<Output = AttemptDone> + 'static {
+    /// One attempt: a plain-`http` webhook on this shard (`shard_webhook`), every other kind on
+    /// the tokio side through the bridge. Either way the secret is opened in memory for it.
+    pub(super) fn attempt(&self, lane: &mut LaneState, started: Started) -> AttemptFuture {
         let id = started.job.id;
         let now = crate::clock::now_ms();
         let lag = &mut lane.lag;
@@ -20,23 +17,40 @@ impl DeliveryLane {
             f.job = started.job;
             f.sub.clone()
         });
-        let (sinks, keyring) = (self.sinks.clone(), self.keyring.clone());
-        let reply = sub.map(|sub| {
-            self.bridge.call(async move {
+        let Some(sub) = sub else {
+            return Box::pin(async move { (id, no_answer(), crate::clock::now_ms()) });
+        };
+        let keyring = self.keyring.clone();
+        if let Some(webhooks) = lane.shard_webhooks_for(&sub) {
+            return Box::pin(async move {
                 let begun = crate::clock::now_ms();
-                let outcome = attempt(&sinks, &keyring, &sub, &started.event, begun).await;
-                (outcome, begun)
-            })
-        });
-        async move {
-            match reply {
-                Some(reply) => match reply.await {
-                    Ok((outcome, begun)) => (id, outcome, begun),
-                    Err(_) => (id, no_answer(), crate::clock::now_ms()),
-                },
-                None => (id, no_answer(), crate::clock::now_ms()),
-            }
+                let event = event_out(&started.event);
+                let outcome = match hub_core::sink::open(&keyring, &sub, begun) {
+                    Ok(Material::Signing(keys)) => {
+                        let a = hub_core::sink::webhook_attempt(&sub, &event, begun);
+                        webhooks.send(&a, &keys).await
+                    }
+                    Ok(Material::Credential(_)) => Outcome::refused(
+                        ErrorClass::SecretUnavailable,
+                        "a webhook subscription holds a queue credential",
+                    ),
+                    Err(refused) => refused,
+                };
+                (id, outcome, begun)
+            });
         }
+        let sinks = self.sinks.clone();
+        let reply = self.bridge.call(async move {
+            let begun = crate::clock::now_ms();
+            let outcome = attempt(&sinks, &keyring, &sub, &started.event, begun).await;
+            (outcome, begun)
+        });
+        Box::pin(async move {
+            match reply.await {
+                Ok((outcome, begun)) => (id, outcome, begun),
+                Err(_) => (id, no_answer(), crate::clock::now_ms()),
+            }
+        })
     }
 
     /// Turns a finished attempt into a settlement for the next step.
@@ -216,8 +230,13 @@ pub async fn attempt(
     event: &crate::store::StoredEvent,
     now_ms: i64,
 ) -> Outcome {
+    sinks.deliver(keyring, sub, &event_out(event), now_ms).await
+}
+
+/// What every sink sends of a stored event.
+fn event_out(event: &crate::store::StoredEvent) -> EventOut<'_> {
     let ev = &event.event;
-    let out = EventOut {
+    EventOut {
         id: ev.id,
         key: &ev.key,
         source: &ev.source,
@@ -229,8 +248,7 @@ pub async fn attempt(
         traceparent: ev.traceparent.as_deref(),
         tracestate: ev.tracestate.as_deref(),
         body: Bytes::copy_from_slice(&ev.payload),
-    };
-    sinks.deliver(keyring, sub, &out, now_ms).await
+    }
 }
 
 /// What live readers (GraphQL's `deliveryOutcomes`, gRPC's stream) are told of a settled

@@ -1,0 +1,204 @@
+//! A webhook attempt on the shard that owns its job (issue 17): the webhook sink's request
+//! (`hub_core::sink::webhook::prepare`: the R-SEC-2 check of an address literal, R-DI-5 headers,
+//! R-DI-12 signatures) sent over the shard's own keep-alive pool (`runtime::http`), judged by
+//! the sink's own rules (`answered`). Only a new connection to a named host leaves the shard:
+//! its name is resolved and every address checked on tokio (R-SEC-2 at connect, as the tokio
+//! client does), one bridge round trip per connection, not per attempt.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use futures::future::{select, Either};
+use http_body_util::Full;
+use hub_core::sink::outcome::{ErrorClass, Outcome};
+use hub_core::sink::webhook::{
+    answered, body_prefix, checked_addresses, prepare, Attempt, Keys, WebhookClient,
+    MAX_RESPONSE_BODY,
+};
+
+use crate::runtime::http::{connect, Connection, Origin, ShardHttp};
+use crate::runtime::{shard_sleep, TokioBridge};
+
+/// The webhook client of one shard.
+#[derive(Debug)]
+pub struct ShardWebhooks {
+    http: ShardHttp,
+    /// The tokio client: its destination policy and resolver are the ones checked here.
+    client: WebhookClient,
+    bridge: TokioBridge,
+}
+
+impl ShardWebhooks {
+    pub fn new(client: WebhookClient, bridge: TokioBridge) -> Self {
+        Self {
+            http: ShardHttp::default(),
+            client,
+            bridge,
+        }
+    }
+
+    /// Whether an endpoint's attempts run here (plain `http`; `https` keeps the tokio client).
+    pub fn carries(endpoint: &str) -> bool {
+        endpoint
+            .get(..7)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+    }
+
+    /// Makes exactly one attempt (R-DI-4) within its timeout and classifies it; every failure
+    /// is an `Outcome`.
+    pub async fn send(&self, a: &Attempt<'_>, keys: &Keys) -> Outcome {
+        let started = Instant::now();
+        let attempt = self.attempt(a, keys, started);
+        let timer = shard_sleep(a.timeout);
+        futures::pin_mut!(attempt, timer);
+        match select(attempt, timer).await {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right(_) => Outcome::failed(
+                ErrorClass::Timeout,
+                None,
+                format!("no answer within {} ms", a.timeout.as_millis()),
+                started.elapsed(),
+            ),
+        }
+    }
+
+    async fn attempt(&self, a: &Attempt<'_>, keys: &Keys, started: Instant) -> Outcome {
+        let prepared = match prepare(self.client.policy(), a, keys) {
+            Ok(p) => p,
+            Err(refused) => return refused,
+        };
+        let url = &prepared.url;
+        let origin = Origin {
+            host: url.host_str().unwrap_or_default().to_owned(),
+            port: url.port_or_known_default().unwrap_or(80),
+        };
+        let request = || {
+            let mut request = hyper::Request::post(&url[url::Position::BeforePath..])
+                .header(
+                    "host",
+                    &url[url::Position::BeforeHost..url::Position::AfterPort],
+                )
+                .header("user-agent", "lerian-streaming-hub");
+            for (name, value) in &prepared.headers {
+                request = request.header(*name, value);
+            }
+            request.body(Full::new(a.body.clone()))
+        };
+        let first = match request() {
+            Ok(r) => r,
+            Err(e) => return Outcome::refused(ErrorClass::InvalidEndpoint, e.to_string()),
+        };
+        let connection = match self.http.take_idle(&origin) {
+            Some(c) => c,
+            None => match self.open(&origin, url).await {
+                Ok(c) => c,
+                Err(outcome) => return outcome,
+            },
+        };
+        let reused = connection.reused;
+        let mut answer = self
+            .http
+            .send(&origin, connection, first, MAX_RESPONSE_BODY)
+            .await;
+        if let Err(failed) = &answer {
+            // A kept connection the destination closed while it idled (the close and the
+            // request crossed): once more, on a new connection. If the destination did take
+            // the request, it sees the event twice, as at-least-once allows (same ids).
+            if reused && closed_under(failed) {
+                let Ok(request) = request() else {
+                    return sending_failed(failed, started.elapsed());
+                };
+                answer = match self.open(&origin, url).await {
+                    Ok(fresh) => {
+                        self.http
+                            .send(&origin, fresh, request, MAX_RESPONSE_BODY)
+                            .await
+                    }
+                    Err(outcome) => return outcome,
+                };
+            }
+        }
+        match answer {
+            Ok(a) => answered(a.status, body_prefix(&a.body), started.elapsed()),
+            Err(failed) => sending_failed(&failed, started.elapsed()),
+        }
+    }
+
+    /// A new connection to `origin`: an address literal as it is (`prepare` checked it), a
+    /// name resolved with every answer checked.
+    async fn open(&self, origin: &Origin, url: &url::Url) -> Result<Connection, Outcome> {
+        let started = Instant::now();
+        let ips = match url.host() {
+            Some(url::Host::Ipv4(ip)) => vec![IpAddr::V4(ip)],
+            Some(url::Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
+            _ => self.resolve(&origin.host).await?,
+        };
+        let addresses: Vec<SocketAddr> = ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, origin.port))
+            .collect();
+        connect(&addresses).await.map_err(|e| {
+            Outcome::failed(
+                ErrorClass::ConnectionFailed,
+                None,
+                short(&format!("connecting to {}: {e}", origin.host)),
+                started.elapsed(),
+            )
+        })
+    }
+
+    async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, Outcome> {
+        let (client, host) = (self.client.clone(), host.to_owned());
+        let checked = self.bridge.call(async move {
+            checked_addresses(client.policy(), client.resolver().as_ref(), &host)
+                .await
+                .map_err(|refused| refused.outcome())
+        });
+        match checked.await {
+            Ok(answer) => answer,
+            Err(_) => Err(Outcome::refused(
+                ErrorClass::ConnectionFailed,
+                "the resolver is not running",
+            )),
+        }
+    }
+}
+
+/// Whether the connection closed under a request (rather than the request being refused).
+fn closed_under(e: &hyper::Error) -> bool {
+    e.is_incomplete_message()
+        || e.is_canceled()
+        || e.is_closed()
+        || io_kind(e).is_some_and(|kind| {
+            use std::io::ErrorKind::*;
+            matches!(kind, ConnectionReset | ConnectionAborted | BrokenPipe)
+        })
+}
+
+/// A request that went wrong after its connection was made.
+fn sending_failed(e: &hyper::Error, took: Duration) -> Outcome {
+    let class = if closed_under(e) {
+        ErrorClass::ConnectionReset
+    } else {
+        ErrorClass::RequestFailed
+    };
+    Outcome::failed(class, None, short(&e.to_string()), took)
+}
+
+fn io_kind(e: &hyper::Error) -> Option<std::io::ErrorKind> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        source = s.source();
+    }
+    None
+}
+
+fn short(text: &str) -> String {
+    text.chars().take(256).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,319 @@
+//! The shard's webhook client against real sockets on loopback: a small blocking HTTP/1.1
+//! server per test (a thread), the client on a glommio executor, names resolved through a
+//! fixed resolver on a tokio runtime behind the bridge.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hub_core::destination::{DestinationPolicy, ResolveError, Resolver};
+use hub_core::sink::outcome::{ErrorClass, Outcome};
+use hub_core::sink::webhook::signature::SigningKey;
+use hub_core::sink::webhook::{Attempt, Keys, WebhookClient, MAX_RESPONSE_BODY};
+use uuid::Uuid;
+
+use super::ShardWebhooks;
+use crate::runtime::TokioBridge;
+
+/// Every name is this machine.
+#[derive(Debug)]
+struct Loopback;
+
+#[async_trait::async_trait]
+impl Resolver for Loopback {
+    async fn resolve(&self, _: &str, _: u16) -> Result<Vec<IpAddr>, ResolveError> {
+        Ok(vec![IpAddr::from([127, 0, 0, 1])])
+    }
+}
+
+/// What a test server saw.
+#[derive(Default)]
+struct Seen {
+    connections: AtomicUsize,
+    requests: Mutex<Vec<String>>,
+}
+
+/// Serves on loopback until the test ends: each request read whole (head, then a
+/// `content-length` body), recorded, and answered with what `answer` gives for its number
+/// (`None`: keep the connection and never answer). `close` closes each connection after one
+/// answer.
+fn server(answer: fn(usize) -> Option<Vec<u8>>, close: bool) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Seen::default());
+    let shared = seen.clone();
+    std::thread::spawn(move || {
+        for socket in listener.incoming().flatten() {
+            shared.connections.fetch_add(1, Ordering::SeqCst);
+            let seen = shared.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(socket.try_clone().expect("clone"));
+                let mut socket = socket;
+                loop {
+                    let Some(head) = read_request(&mut reader) else {
+                        return;
+                    };
+                    let n = {
+                        let mut requests = seen.requests.lock().expect("lock");
+                        requests.push(head);
+                        requests.len()
+                    };
+                    let Some(response) = answer(n) else {
+                        let mut sink = Vec::new();
+                        let _ = reader.read_to_end(&mut sink);
+                        return;
+                    };
+                    if socket.write_all(&response).is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// A request's head (and its body appended), or `None` when the peer closed.
+fn read_request(reader: &mut BufReader<std::net::TcpStream>) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let end = line == "\r\n";
+        head.push_str(&line);
+        if end {
+            break;
+        }
+    }
+    let length = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_owned())
+        })
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    head.push_str(&String::from_utf8_lossy(&body));
+    Some(head)
+}
+
+fn no_content(_: usize) -> Option<Vec<u8>> {
+    Some(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec())
+}
+
+fn keys() -> Keys {
+    Keys {
+        current: SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("key"),
+        previous: None,
+    }
+}
+
+fn attempt(endpoint: &str, timeout: Duration) -> Attempt<'_> {
+    Attempt {
+        endpoint,
+        event_id: Uuid::now_v7(),
+        event_key: "loan.approved",
+        source: "lender",
+        tenant: "t-1",
+        schema_version: "1.0.0",
+        content_type: None,
+        traceparent: None,
+        tracestate: None,
+        body: Bytes::from_static(b"{\"amount\":1}"),
+        timeout,
+        unix_s: 1_800_000_000,
+    }
+}
+
+/// Runs `attempts` one after another on a glommio executor with a client whose policy allows
+/// `allow`, and answers their outcomes.
+fn on_a_shard(allow: &[&str], endpoints: Vec<String>, timeout: Duration) -> Vec<Outcome> {
+    let tokio = crate::runtime::build_tokio_runtime(1).expect("tokio");
+    let bridge = TokioBridge::new(tokio.handle().clone());
+    let policy = DestinationPolicy {
+        allow: allow.iter().map(|h| (*h).to_owned()).collect(),
+    };
+    let client =
+        WebhookClient::with_resolver(Arc::new(policy), Arc::new(Loopback)).expect("client");
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .spawn(move || async move {
+            let webhooks = ShardWebhooks::new(client, bridge);
+            let mut outcomes = Vec::new();
+            for endpoint in &endpoints {
+                outcomes.push(webhooks.send(&attempt(endpoint, timeout), &keys()).await);
+            }
+            outcomes
+        })
+        .expect("executor")
+        .join()
+        .expect("join")
+}
+
+const SECOND: Duration = Duration::from_secs(5);
+
+#[test]
+fn r_di_5_a_signed_post_is_delivered_and_its_connection_kept_alive() {
+    let (addr, seen) = server(no_content, false);
+    let endpoint = format!("http://{addr}/hooks/in?x=1");
+    let outcomes = on_a_shard(&["127.0.0.1"], vec![endpoint.clone(), endpoint], SECOND);
+    for o in &outcomes {
+        assert!(o.success, "{o:?}");
+        assert_eq!(o.status_code, Some(204));
+    }
+    assert_eq!(
+        seen.connections.load(Ordering::SeqCst),
+        1,
+        "the second attempt reused the first connection"
+    );
+    let requests = seen.requests.lock().expect("lock");
+    let first = requests[0].to_ascii_lowercase();
+    assert!(
+        first.starts_with("post /hooks/in?x=1 http/1.1\r\n"),
+        "{first}"
+    );
+    for header in [
+        format!("host: {addr}"),
+        "x-lerian-event-type: loan.approved".into(),
+        "x-lerian-tenant-id: t-1".into(),
+        "content-type: application/json".into(),
+        "webhook-signature: v1,".into(),
+        "x-lerian-signature:".into(),
+    ] {
+        assert!(first.contains(&header), "{header} in {first}");
+    }
+    assert!(
+        first.ends_with("{\"amount\":1}"),
+        "the body as sent: {first}"
+    );
+}
+
+#[test]
+fn r_di_13_a_connection_the_destination_closed_is_not_the_next_attempts_failure() {
+    let (addr, seen) = server(no_content, true);
+    let endpoint = format!("http://{addr}/hook");
+    let outcomes = on_a_shard(
+        &["127.0.0.1"],
+        vec![endpoint.clone(), endpoint.clone(), endpoint],
+        SECOND,
+    );
+    assert!(outcomes.iter().all(|o| o.success), "{outcomes:?}");
+    assert_eq!(seen.connections.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn r_di_13_a_redirect_is_a_failure_and_a_large_body_is_read_only_up_to_the_cap() {
+    fn redirect(_: usize) -> Option<Vec<u8>> {
+        Some(b"HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:1/elsewhere\r\ncontent-length: 0\r\n\r\n".to_vec())
+    }
+    fn huge_failure(_: usize) -> Option<Vec<u8>> {
+        let body = vec![b'x'; 10 * 1024 * 1024];
+        let mut r = format!(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(&body);
+        Some(r)
+    }
+    let (moved, _) = server(redirect, false);
+    let (broken, _) = server(huge_failure, false);
+    let outcomes = on_a_shard(
+        &["127.0.0.1"],
+        vec![
+            format!("http://{moved}/hook"),
+            format!("http://{broken}/hook"),
+        ],
+        SECOND,
+    );
+    assert_eq!(
+        outcomes[0].error_class,
+        Some(ErrorClass::Redirect),
+        "{:?}",
+        outcomes[0]
+    );
+    assert_eq!(
+        outcomes[1].error_class,
+        Some(ErrorClass::HttpStatus),
+        "{:?}",
+        outcomes[1]
+    );
+    assert_eq!(outcomes[1].status_code, Some(500));
+    assert!(outcomes[1].detail.len() <= MAX_RESPONSE_BODY);
+}
+
+#[test]
+fn r_di_13_a_destination_that_never_answers_times_out() {
+    fn silent(_: usize) -> Option<Vec<u8>> {
+        None
+    }
+    let (addr, _) = server(silent, false);
+    let started = std::time::Instant::now();
+    let outcomes = on_a_shard(
+        &["127.0.0.1"],
+        vec![format!("http://{addr}/hook")],
+        Duration::from_millis(300),
+    );
+    assert_eq!(
+        outcomes[0].error_class,
+        Some(ErrorClass::Timeout),
+        "{:?}",
+        outcomes[0]
+    );
+    assert!(
+        started.elapsed() < SECOND,
+        "bounded by the attempt's timeout"
+    );
+}
+
+#[test]
+fn r_di_13_a_refused_connection_is_a_connection_failure() {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let outcomes = on_a_shard(
+        &["127.0.0.1"],
+        vec![format!("http://{closed}/hook")],
+        SECOND,
+    );
+    assert_eq!(
+        outcomes[0].error_class,
+        Some(ErrorClass::ConnectionFailed),
+        "{:?}",
+        outcomes[0]
+    );
+}
+
+#[test]
+fn r_sec_2_loopback_is_refused_on_the_shard_by_address_and_by_name_without_the_allow_list() {
+    let (addr, seen) = server(no_content, false);
+    let by_address = format!("http://{addr}/hook");
+    let by_name = format!("http://hooks.example:{}/hook", addr.port());
+    let outcomes = on_a_shard(&[], vec![by_address, by_name.clone()], SECOND);
+    for o in &outcomes {
+        assert_eq!(
+            o.error_class,
+            Some(ErrorClass::DestinationNotAllowed),
+            "{o:?}"
+        );
+    }
+    assert_eq!(
+        seen.connections.load(Ordering::SeqCst),
+        0,
+        "never connected"
+    );
+    // The name allow-listed: resolved (through the bridge), checked, connected.
+    let allowed = on_a_shard(&["hooks.example"], vec![by_name], SECOND);
+    assert!(allowed[0].success, "{:?}", allowed[0]);
+    assert!(seen.requests.lock().expect("lock")[0]
+        .to_ascii_lowercase()
+        .contains(&format!("host: hooks.example:{}", addr.port())));
+}

@@ -1,0 +1,152 @@
+//! HTTP/1.1 on a shard (issue 17): hyper's client connections over glommio's TCP, kept alive in a
+//! pool per origin that belongs to the shard, so a webhook attempt runs where its job lives with
+//! no hop to tokio. What to send and how to judge the answer is the webhook sink's
+//! (`hub_core::sink::webhook`); this is only the transport.
+//!
+//! Plain `http` only: `https` destinations keep the tokio client (reqwest, rustls) through the
+//! bridge until TLS runs on the shards too.
+
+mod io;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+
+use self::io::ShardIo;
+
+/// How long an idle connection is kept for the next request to its origin.
+const IDLE_FOR: Duration = Duration::from_secs(90);
+/// Most idle connections kept per origin.
+const IDLE_PER_ORIGIN: usize = 64;
+
+/// Where connections go: a host name (or address literal) and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub host: String,
+    pub port: u16,
+}
+
+/// A connection ready for one request at a time.
+#[derive(Debug)]
+pub struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    /// Taken from the pool (it may have been closed by the peer while idle).
+    pub reused: bool,
+}
+
+/// What came back: the status and at most `cap` bytes of the body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// A kept connection and since when it idles.
+type Idle = (SendRequest<Full<Bytes>>, Instant);
+
+/// One shard's keep-alive pool. Not `Send`: it lives and is used on its shard only.
+#[derive(Debug, Default)]
+pub struct ShardHttp {
+    idle: RefCell<HashMap<Origin, Vec<Idle>>>,
+}
+
+impl ShardHttp {
+    /// An idle connection to `origin` still open, if the pool has one.
+    pub fn take_idle(&self, origin: &Origin) -> Option<Connection> {
+        let mut idle = self.idle.borrow_mut();
+        let kept = idle.get_mut(origin)?;
+        let now = Instant::now();
+        while let Some((sender, since)) = kept.pop() {
+            if now.duration_since(since) < IDLE_FOR && sender.is_ready() {
+                return Some(Connection {
+                    sender,
+                    reused: true,
+                });
+            }
+        }
+        None
+    }
+
+    /// Keeps `connection` for the next request to `origin`.
+    fn put_idle(&self, origin: &Origin, connection: Connection) {
+        if !connection.sender.is_ready() {
+            return;
+        }
+        let mut idle = self.idle.borrow_mut();
+        let kept = idle.entry(origin.clone()).or_default();
+        if kept.len() < IDLE_PER_ORIGIN {
+            kept.push((connection.sender, Instant::now()));
+        }
+    }
+
+    /// Sends `request` on `connection` and reads at most `cap` bytes of the answer's body. A
+    /// connection whose answer was read whole goes back to the pool of `origin`.
+    pub async fn send(
+        &self,
+        origin: &Origin,
+        mut connection: Connection,
+        request: hyper::Request<Full<Bytes>>,
+        cap: usize,
+    ) -> Result<Answer, hyper::Error> {
+        let response = connection.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut kept = Vec::new();
+        let whole = loop {
+            if kept.len() >= cap {
+                break hyper::body::Body::is_end_stream(&body);
+            }
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        let room = cap - kept.len();
+                        kept.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                }
+                Some(Err(_)) => break false,
+                None => break true,
+            }
+        };
+        // An answer left half read would be the next request's; such a connection is closed.
+        if whole {
+            self.put_idle(origin, connection);
+        }
+        Ok(Answer { status, body: kept })
+    }
+}
+
+/// Opens a connection to the first of `addresses` that accepts, on the current shard.
+pub async fn connect(addresses: &[SocketAddr]) -> std::io::Result<Connection> {
+    let mut last = std::io::Error::other("no address to connect to");
+    for addr in addresses {
+        match glommio::net::TcpStream::connect(*addr).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return handshake(stream).await;
+            }
+            Err(e) => last = std::io::Error::from(e),
+        }
+    }
+    Err(last)
+}
+
+async fn handshake(stream: glommio::net::TcpStream) -> std::io::Result<Connection> {
+    let (sender, connection) = hyper::client::conn::http1::handshake(ShardIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    // The connection's own task reads and writes the socket; it ends when the socket closes or
+    // the last sender is dropped.
+    glommio::spawn_local(async move {
+        let _ = connection.await;
+    })
+    .detach();
+    Ok(Connection {
+        sender,
+        reused: false,
+    })
+}
