@@ -111,8 +111,8 @@ pub struct HubConfig {
     /// Concurrent delivery attempts per shard (R-DI-2). Env `STREAMING_HUB_DELIVERY_WORKERS`.
     /// Default 8.
     pub delivery_workers: u32,
-    /// Plain-`http` webhook attempts run on the shards' own HTTP client (issue 17: no hop to
-    /// tokio); `false` sends them through the tokio client like every other kind. Env
+    /// Webhook attempts run on the shards' own HTTP client (issue 17: no hop to tokio);
+    /// `false` sends them through the tokio client like every other kind. Env
     /// `STREAMING_HUB_WEBHOOKS_ON_SHARDS`. Default true.
     pub webhooks_on_shards: bool,
     /// Started attempts without an outcome before a job is dead-lettered as poison (R-DI-8).

@@ -189,7 +189,8 @@ impl ShardIngest {
         }
     }
 
-    /// Runs a store call on the tokio side and awaits it from the shard.
+    /// Runs a store write on the shard when the store allows it (`Store::writes_anywhere`), else
+    /// on the tokio side, and awaits it from the shard.
     async fn call<T, F, Fut>(&self, f: F, unit: &UnitId) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -197,6 +198,9 @@ impl ShardIngest {
         Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
     {
         let fut = f(self.store.clone(), unit.clone());
+        if self.store.writes_anywhere() {
+            return fut.await;
+        }
         self.bridge
             .call(fut)
             .await

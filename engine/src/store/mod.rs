@@ -295,6 +295,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Whether `claim_unit`, `write_batch` and `delivery_step` may be awaited on any executor (a
+    /// shard included): they only queue their write for another thread and await its answer,
+    /// never blocking the caller's thread nor needing tokio. The shards then call them directly,
+    /// with no hop through the tokio bridge (issue 17). False unless a store says so.
+    fn writes_anywhere(&self) -> bool {
+        false
+    }
+
     /// Why writes fail now, when the store knows it without trying one (the embedded store keeps
     /// its last failed commit until one lands); readiness reports it.
     fn write_failure(&self) -> Option<String> {

@@ -3,8 +3,9 @@
 //! leases the ones a worker may start, makes one attempt each and settles the outcomes — outcomes
 //! and new leases of a round in one store step.
 //!
-//! The lane runs on its shard; store steps and attempts run on the tokio side through the bridge
-//! (the sinks are the control plane's, so probes take the same path). Decisions are the
+//! The lane runs on its shard, and so do webhook attempts (`shard_webhook`, on the sink's own
+//! request and judgement, which probes share); store steps and the other kinds' attempts run on
+//! the tokio side through the bridge. Decisions are the
 //! pure functions of `decide`, `fairness`, `retry`, `breaker` and `autodisable`.
 //!
 //! Here: the loop (`DeliveryLane::run`) and the lane's memory; `paging.rs` what the lane holds
@@ -76,7 +77,7 @@ pub struct LaneConfig {
     pub settle_linger: Duration,
     pub breaker: BreakerConfig,
     pub autodisable: Policy,
-    /// Plain-`http` webhook attempts run on the shard's own client (issue 17), not on tokio.
+    /// Webhook attempts run on the shard's own client (issue 17), not on tokio.
     pub webhooks_on_shard: bool,
 }
 
@@ -407,8 +408,9 @@ impl LaneState {
     /// The shard's webhook client, when it carries `sub`'s attempts.
     fn shard_webhooks_for(&self, sub: &Subscription) -> Option<std::rc::Rc<ShardWebhooks>> {
         let endpoint = sub.endpoint.as_deref()?;
-        let on_shard = sub.sink_kind == SinkKind::Webhook && ShardWebhooks::carries(endpoint);
-        self.shard_webhooks.clone().filter(|_| on_shard)
+        let webhooks = self.shard_webhooks.as_ref()?;
+        let on_shard = sub.sink_kind == SinkKind::Webhook && webhooks.carries(endpoint);
+        on_shard.then(|| webhooks.clone())
     }
 
     /// The first leased job whose destination runs fewer than half the workers (R-DI-3).

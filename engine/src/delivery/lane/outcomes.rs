@@ -5,7 +5,7 @@
 use super::*;
 
 impl DeliveryLane {
-    /// One attempt: a plain-`http` webhook on this shard (`shard_webhook`), every other kind on
+    /// One attempt: a webhook on this shard (`shard_webhook`), every other kind on
     /// the tokio side through the bridge. Either way the secret is opened in memory for it.
     pub(super) fn attempt(&self, lane: &mut LaneState, started: Started) -> AttemptFuture {
         let id = started.job.id;

@@ -92,10 +92,16 @@ impl DeliveryLane {
         };
         let kept = step.settle.clone();
         let store = self.store.clone();
-        let reply = Box::pin(
-            self.bridge
-                .call(async move { store.delivery_step(step).await }),
-        );
+        let reply: std::pin::Pin<Box<dyn std::future::Future<Output = StepReply>>> =
+            if store.writes_anywhere() {
+                // Queued for the store's writer straight from the shard (no tokio hop).
+                Box::pin(async move { Ok(store.delivery_step(step).await) })
+            } else {
+                Box::pin(
+                    self.bridge
+                        .call(async move { store.delivery_step(step).await }),
+                )
+            };
         StepInFlight {
             reply,
             kept,

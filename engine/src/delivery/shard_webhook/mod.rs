@@ -1,4 +1,4 @@
-//! A webhook attempt on the shard that owns its job (issue 17): the webhook sink's request
+//! A webhook attempt on the shard that leased its job (issue 17): the webhook sink's request
 //! (`hub_core::sink::webhook::prepare`: the R-SEC-2 check of an address literal, R-DI-5 headers,
 //! R-DI-12 signatures) sent over the shard's own keep-alive pool (`runtime::http`), judged by
 //! the sink's own rules (`answered`). Only a new connection to a named host leaves the shard:
@@ -6,6 +6,7 @@
 //! client does), one bridge round trip per connection, not per attempt.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::{select, Either};
@@ -16,7 +17,7 @@ use hub_core::sink::webhook::{
     MAX_RESPONSE_BODY,
 };
 
-use crate::runtime::http::{connect, Connection, Origin, ShardHttp};
+use crate::runtime::http::{connect, ConnectFailed, Connection, Origin, ShardHttp};
 use crate::runtime::{shard_sleep, TokioBridge};
 
 /// The webhook client of one shard.
@@ -26,22 +27,38 @@ pub struct ShardWebhooks {
     /// The tokio client: its destination policy and resolver are the ones checked here.
     client: WebhookClient,
     bridge: TokioBridge,
+    /// The TLS client for `https` endpoints; without one they keep the tokio client.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl ShardWebhooks {
+    /// The client trusting the system's roots, as the tokio client does.
     pub fn new(client: WebhookClient, bridge: TokioBridge) -> Self {
+        Self::trusting(client, bridge, crate::runtime::http::system_tls())
+    }
+
+    /// The client with its own TLS configuration (tests trust their own authority).
+    pub fn trusting(
+        client: WebhookClient,
+        bridge: TokioBridge,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Self {
         Self {
             http: ShardHttp::default(),
             client,
             bridge,
+            tls,
         }
     }
 
-    /// Whether an endpoint's attempts run here (plain `http`; `https` keeps the tokio client).
-    pub fn carries(endpoint: &str) -> bool {
-        endpoint
-            .get(..7)
-            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+    /// Whether an endpoint's attempts run here: `http`, and `https` when TLS is set up.
+    pub fn carries(&self, endpoint: &str) -> bool {
+        let scheme = |s: &str| {
+            endpoint
+                .get(..s.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(s))
+        };
+        scheme("http://") || (self.tls.is_some() && scheme("https://"))
     }
 
     /// Makes exactly one attempt (R-DI-4) within its timeout and classifies it; every failure
@@ -71,6 +88,7 @@ impl ShardWebhooks {
         let origin = Origin {
             host: url.host_str().unwrap_or_default().to_owned(),
             port: url.port_or_known_default().unwrap_or(80),
+            tls: url.scheme() == "https",
         };
         let request = || {
             let mut request = hyper::Request::post(&url[url::Position::BeforePath..])
@@ -137,14 +155,17 @@ impl ShardWebhooks {
             .into_iter()
             .map(|ip| SocketAddr::new(ip, origin.port))
             .collect();
-        connect(&addresses).await.map_err(|e| {
-            Outcome::failed(
-                ErrorClass::ConnectionFailed,
-                None,
-                short(&format!("connecting to {}: {e}", origin.host)),
-                started.elapsed(),
-            )
-        })
+        connect(origin, &addresses, self.tls.as_ref())
+            .await
+            .map_err(|e| {
+                let class = match e {
+                    ConnectFailed::Tcp(_) => ErrorClass::ConnectionFailed,
+                    ConnectFailed::Tls(_) => ErrorClass::TlsError,
+                    ConnectFailed::Http(_) => ErrorClass::RequestFailed,
+                };
+                let detail = short(&format!("connecting to {}: {e}", origin.host));
+                Outcome::failed(class, None, detail, started.elapsed())
+            })
     }
 
     async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, Outcome> {

@@ -36,11 +36,24 @@ struct Seen {
     requests: Mutex<Vec<String>>,
 }
 
+/// A connection as the test server reads and writes it: plain TCP or TLS over it.
+trait Conn: Read + Write + Send {}
+impl<T: Read + Write + Send> Conn for T {}
+
 /// Serves on loopback until the test ends: each request read whole (head, then a
 /// `content-length` body), recorded, and answered with what `answer` gives for its number
 /// (`None`: keep the connection and never answer). `close` closes each connection after one
 /// answer.
 fn server(answer: fn(usize) -> Option<Vec<u8>>, close: bool) -> (SocketAddr, Arc<Seen>) {
+    serving(answer, close, None)
+}
+
+/// The same, over TLS with `tls`'s certificate when given.
+fn serving(
+    answer: fn(usize) -> Option<Vec<u8>>,
+    close: bool,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (SocketAddr, Arc<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let seen = Arc::new(Seen::default());
@@ -49,35 +62,56 @@ fn server(answer: fn(usize) -> Option<Vec<u8>>, close: bool) -> (SocketAddr, Arc
         for socket in listener.incoming().flatten() {
             shared.connections.fetch_add(1, Ordering::SeqCst);
             let seen = shared.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(socket.try_clone().expect("clone"));
-                let mut socket = socket;
-                loop {
-                    let Some(head) = read_request(&mut reader) else {
-                        return;
+            let stream: Box<dyn Conn> = match &tls {
+                Some(config) => {
+                    let Ok(session) = rustls::ServerConnection::new(config.clone()) else {
+                        continue;
                     };
-                    let n = {
-                        let mut requests = seen.requests.lock().expect("lock");
-                        requests.push(head);
-                        requests.len()
-                    };
-                    let Some(response) = answer(n) else {
-                        let mut sink = Vec::new();
-                        let _ = reader.read_to_end(&mut sink);
-                        return;
-                    };
-                    if socket.write_all(&response).is_err() || close {
-                        return;
-                    }
+                    Box::new(rustls::StreamOwned::new(session, socket))
                 }
-            });
+                None => Box::new(socket),
+            };
+            std::thread::spawn(move || converse(BufReader::new(stream), &seen, answer, close));
         }
     });
     (addr, seen)
 }
 
+/// One connection's requests and answers.
+fn converse(
+    mut reader: BufReader<Box<dyn Conn>>,
+    seen: &Seen,
+    answer: fn(usize) -> Option<Vec<u8>>,
+    close: bool,
+) {
+    loop {
+        let Some(head) = read_request(&mut reader) else {
+            return;
+        };
+        let n = {
+            let mut requests = seen.requests.lock().expect("lock");
+            requests.push(head);
+            requests.len()
+        };
+        let Some(response) = answer(n) else {
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+            return;
+        };
+        let socket = reader.get_mut();
+        if socket
+            .write_all(&response)
+            .and_then(|_| socket.flush())
+            .is_err()
+            || close
+        {
+            return;
+        }
+    }
+}
+
 /// A request's head (and its body appended), or `None` when the peer closed.
-fn read_request(reader: &mut BufReader<std::net::TcpStream>) -> Option<String> {
+fn read_request(reader: &mut BufReader<Box<dyn Conn>>) -> Option<String> {
     let mut head = String::new();
     loop {
         let mut line = String::new();
@@ -136,6 +170,17 @@ fn attempt(endpoint: &str, timeout: Duration) -> Attempt<'_> {
 /// Runs `attempts` one after another on a glommio executor with a client whose policy allows
 /// `allow`, and answers their outcomes.
 fn on_a_shard(allow: &[&str], endpoints: Vec<String>, timeout: Duration) -> Vec<Outcome> {
+    on_a_shard_trusting(allow, endpoints, timeout, rustls::RootCertStore::empty())
+}
+
+/// The same, the client's TLS trusting `roots`.
+fn on_a_shard_trusting(
+    allow: &[&str],
+    endpoints: Vec<String>,
+    timeout: Duration,
+    roots: rustls::RootCertStore,
+) -> Vec<Outcome> {
+    let tls = crate::runtime::http::tls_trusting(roots).expect("tls");
     let tokio = crate::runtime::build_tokio_runtime(1).expect("tokio");
     let bridge = TokioBridge::new(tokio.handle().clone());
     let policy = DestinationPolicy {
@@ -145,7 +190,7 @@ fn on_a_shard(allow: &[&str], endpoints: Vec<String>, timeout: Duration) -> Vec<
         WebhookClient::with_resolver(Arc::new(policy), Arc::new(Loopback)).expect("client");
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .spawn(move || async move {
-            let webhooks = ShardWebhooks::new(client, bridge);
+            let webhooks = ShardWebhooks::trusting(client, bridge, Some(tls));
             let mut outcomes = Vec::new();
             for endpoint in &endpoints {
                 outcomes.push(webhooks.send(&attempt(endpoint, timeout), &keys()).await);
@@ -316,4 +361,59 @@ fn r_sec_2_loopback_is_refused_on_the_shard_by_address_and_by_name_without_the_a
     assert!(seen.requests.lock().expect("lock")[0]
         .to_ascii_lowercase()
         .contains(&format!("host: hooks.example:{}", addr.port())));
+}
+
+/// A certificate for `hooks.example`, the server's configuration holding it, and a root store
+/// trusting it.
+fn certificate() -> (Arc<rustls::ServerConfig>, rustls::RootCertStore) {
+    let made = rcgen::generate_simple_self_signed(vec!["hooks.example".to_owned()]).expect("cert");
+    let cert = made.cert.der().clone();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(made.key_pair.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .expect("server config");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).expect("root");
+    (Arc::new(config), roots)
+}
+
+#[test]
+fn r_di_5_an_https_destination_is_delivered_over_tls_on_the_shard() {
+    let (config, roots) = certificate();
+    let (addr, seen) = serving(no_content, false, Some(config));
+    let endpoint = format!("https://hooks.example:{}/hook", addr.port());
+    let outcomes = on_a_shard_trusting(
+        &["hooks.example"],
+        vec![endpoint.clone(), endpoint],
+        SECOND,
+        roots,
+    );
+    assert!(outcomes.iter().all(|o| o.success), "{outcomes:?}");
+    assert_eq!(
+        seen.connections.load(Ordering::SeqCst),
+        1,
+        "kept alive over TLS"
+    );
+}
+
+#[test]
+fn r_di_13_an_untrusted_certificate_is_a_tls_failure() {
+    let (config, _) = certificate();
+    let (addr, seen) = serving(no_content, false, Some(config));
+    let endpoint = format!("https://hooks.example:{}/hook", addr.port());
+    let outcomes = on_a_shard(&["hooks.example"], vec![endpoint], SECOND);
+    assert_eq!(
+        outcomes[0].error_class,
+        Some(ErrorClass::TlsError),
+        "{:?}",
+        outcomes[0]
+    );
+    assert!(
+        seen.requests.lock().expect("lock").is_empty(),
+        "nothing sent"
+    );
 }

@@ -1,25 +1,24 @@
-//! A glommio TCP stream as hyper's I/O: hyper 1.x reads and writes through its own traits, glommio
-//! streams implement the `futures` ones.
+//! A glommio TCP stream (or a TLS stream over one) as hyper's I/O: hyper 1.x reads and writes
+//! through its own traits, glommio and futures-rustls streams implement the `futures` ones.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use futures::io::{AsyncRead, AsyncWrite};
-use glommio::net::TcpStream;
 
 /// Bytes read per call: a response head and a short body fit in one read.
 const READ_CHUNK: usize = 8 * 1024;
 
-pub(super) struct ShardIo {
-    stream: TcpStream,
+pub(super) struct ShardIo<S> {
+    stream: S,
     /// Where a read lands before hyper's cursor takes it (the cursor's own memory may be
     /// uninitialized, and this crate writes no `unsafe`).
     scratch: Box<[u8]>,
 }
 
-impl ShardIo {
-    pub(super) fn new(stream: TcpStream) -> Self {
+impl<S> ShardIo<S> {
+    pub(super) fn new(stream: S) -> Self {
         Self {
             stream,
             scratch: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -27,7 +26,7 @@ impl ShardIo {
     }
 }
 
-impl hyper::rt::Read for ShardIo {
+impl<S: AsyncRead + Unpin> hyper::rt::Read for ShardIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -42,7 +41,7 @@ impl hyper::rt::Read for ShardIo {
     }
 }
 
-impl hyper::rt::Write for ShardIo {
+impl<S: AsyncWrite + Unpin> hyper::rt::Write for ShardIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

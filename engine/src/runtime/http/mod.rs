@@ -3,14 +3,15 @@
 //! no hop to tokio. What to send and how to judge the answer is the webhook sink's
 //! (`hub_core::sink::webhook`); this is only the transport.
 //!
-//! Plain `http` only: `https` destinations keep the tokio client (reqwest, rustls) through the
-//! bridge until TLS runs on the shards too.
+//! `https` runs rustls over the same streams (futures-rustls), trusting the system's roots as the
+//! tokio client does (`rustls-native-certs`, which honours `SSL_CERT_FILE`).
 
 mod io;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,11 +25,59 @@ const IDLE_FOR: Duration = Duration::from_secs(90);
 /// Most idle connections kept per origin.
 const IDLE_PER_ORIGIN: usize = 64;
 
-/// Where connections go: a host name (or address literal) and port.
+/// Where connections go: a host name (or address literal), port, and whether over TLS.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
     pub host: String,
     pub port: u16,
+    pub tls: bool,
+}
+
+/// Why no connection was made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectFailed {
+    #[error("{0}")]
+    Tcp(std::io::Error),
+    #[error("TLS handshake: {0}")]
+    Tls(std::io::Error),
+    #[error("HTTP handshake: {0}")]
+    Http(hyper::Error),
+}
+
+/// The TLS client of every shard: the system's roots (loaded once per process), HTTP/1.1;
+/// `None` if rustls refused to build it (the shards then leave `https` to the tokio client).
+pub fn system_tls() -> Option<Arc<rustls::ClientConfig>> {
+    static CONFIG: OnceLock<Option<Arc<rustls::ClientConfig>>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            // Unreadable roots are skipped, as the tokio client skips them: an https attempt
+            // then fails its handshake, classified, rather than the engine failing to start.
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                tracing::warn!(
+                    "no system root certificates: https webhooks will fail their handshake"
+                );
+            }
+            tls_trusting(roots)
+                .inspect_err(|e| tracing::warn!(error = %e, "no TLS client on the shards"))
+                .ok()
+        })
+        .clone()
+}
+
+/// A TLS client configuration trusting `roots`, speaking HTTP/1.1.
+pub fn tls_trusting(
+    roots: rustls::RootCertStore,
+) -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// A connection ready for one request at a time.
@@ -120,25 +169,47 @@ impl ShardHttp {
     }
 }
 
-/// Opens a connection to the first of `addresses` that accepts, on the current shard.
-pub async fn connect(addresses: &[SocketAddr]) -> std::io::Result<Connection> {
+/// Opens a connection to the first of `addresses` that accepts, on the current shard; over TLS
+/// (checked against `tls`'s roots for `host`) when `origin.tls`.
+pub async fn connect(
+    origin: &Origin,
+    addresses: &[SocketAddr],
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<Connection, ConnectFailed> {
     let mut last = std::io::Error::other("no address to connect to");
     for addr in addresses {
         match glommio::net::TcpStream::connect(*addr).await {
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
+                let Some(tls) = tls.filter(|_| origin.tls) else {
+                    if origin.tls {
+                        let none = std::io::Error::other("no TLS client on this shard");
+                        return Err(ConnectFailed::Tls(none));
+                    }
+                    return handshake(stream).await;
+                };
+                let name = rustls_pki_types::ServerName::try_from(origin.host.clone())
+                    .map_err(|e| ConnectFailed::Tls(std::io::Error::other(e)))?;
+                let connector = futures_rustls::TlsConnector::from(tls.clone());
+                let stream = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(ConnectFailed::Tls)?;
                 return handshake(stream).await;
             }
             Err(e) => last = std::io::Error::from(e),
         }
     }
-    Err(last)
+    Err(ConnectFailed::Tcp(last))
 }
 
-async fn handshake(stream: glommio::net::TcpStream) -> std::io::Result<Connection> {
+async fn handshake<S>(stream: S) -> Result<Connection, ConnectFailed>
+where
+    S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + 'static,
+{
     let (sender, connection) = hyper::client::conn::http1::handshake(ShardIo::new(stream))
         .await
-        .map_err(std::io::Error::other)?;
+        .map_err(ConnectFailed::Http)?;
     // The connection's own task reads and writes the socket; it ends when the socket closes or
     // the last sender is dropped.
     glommio::spawn_local(async move {

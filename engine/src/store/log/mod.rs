@@ -379,6 +379,11 @@ impl Store for LogStore {
     fn write_failure(&self) -> Option<String> {
         self.shared.failure.lock().ok().and_then(|f| f.clone())
     }
+
+    /// Every write is queued for the commit thread and answered on a oneshot channel.
+    fn writes_anywhere(&self) -> bool {
+        true
+    }
 }
 
 /// The forensic rows from `cursor` on, with handles to read them by.
