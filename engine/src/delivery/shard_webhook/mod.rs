@@ -221,5 +221,42 @@ fn short(text: &str) -> String {
     text.chars().take(256).collect()
 }
 
+/// The fixed attempt and key of this client's tests and of its bench.
+#[cfg(any(test, feature = "conformance"))]
+pub mod fixture {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use hub_core::sink::webhook::signature::SigningKey;
+    use hub_core::sink::webhook::{Attempt, Keys};
+
+    /// A signing key (a fixed test secret).
+    pub fn keys() -> Keys {
+        Keys {
+            current: SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+                .expect("a valid fixed secret"),
+            previous: None,
+        }
+    }
+
+    /// An attempt of a fixed event carrying `body` to `endpoint`.
+    pub fn attempt(endpoint: &str, body: Bytes, timeout: Duration) -> Attempt<'_> {
+        Attempt {
+            endpoint,
+            event_id: uuid::Uuid::now_v7(),
+            event_key: "loan.approved",
+            source: "lender",
+            tenant: "t-1",
+            schema_version: "1.0.0",
+            content_type: None,
+            traceparent: None,
+            tracestate: None,
+            body,
+            timeout,
+            unix_s: 1_800_000_000,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -11,9 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hub_core::destination::{DestinationPolicy, ResolveError, Resolver};
 use hub_core::sink::outcome::{ErrorClass, Outcome};
-use hub_core::sink::webhook::signature::SigningKey;
-use hub_core::sink::webhook::{Attempt, Keys, WebhookClient, MAX_RESPONSE_BODY};
-use uuid::Uuid;
+use hub_core::sink::webhook::{Attempt, WebhookClient, MAX_RESPONSE_BODY};
 
 use super::ShardWebhooks;
 use crate::runtime::TokioBridge;
@@ -143,28 +141,8 @@ fn no_content(_: usize) -> Option<Vec<u8>> {
     Some(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec())
 }
 
-fn keys() -> Keys {
-    Keys {
-        current: SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("key"),
-        previous: None,
-    }
-}
-
 fn attempt(endpoint: &str, timeout: Duration) -> Attempt<'_> {
-    Attempt {
-        endpoint,
-        event_id: Uuid::now_v7(),
-        event_key: "loan.approved",
-        source: "lender",
-        tenant: "t-1",
-        schema_version: "1.0.0",
-        content_type: None,
-        traceparent: None,
-        tracestate: None,
-        body: Bytes::from_static(b"{\"amount\":1}"),
-        timeout,
-        unix_s: 1_800_000_000,
-    }
+    super::fixture::attempt(endpoint, Bytes::from_static(b"{\"amount\":1}"), timeout)
 }
 
 /// Runs `attempts` one after another on a glommio executor with a client whose policy allows
@@ -193,7 +171,11 @@ fn on_a_shard_trusting(
             let webhooks = ShardWebhooks::trusting(client, bridge, Some(tls));
             let mut outcomes = Vec::new();
             for endpoint in &endpoints {
-                outcomes.push(webhooks.send(&attempt(endpoint, timeout), &keys()).await);
+                outcomes.push(
+                    webhooks
+                        .send(&attempt(endpoint, timeout), &super::fixture::keys())
+                        .await,
+                );
             }
             outcomes
         })

@@ -1,0 +1,103 @@
+//! One webhook attempt against a loopback receiver (issue 17), made from a shard the two ways the
+//! engine can: on the shard's own client (`ShardWebhooks`: hyper over glommio's TCP, a kept
+//! connection) and through the tokio bridge to the process's reqwest client (what every attempt
+//! paid before). Both build, sign and judge the request with the same sink code, so the
+//! difference is the transport and the hop. The receiver is an axum server on tokio answering
+//! 204; it shares the machine, so each figure includes its turn too.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion};
+use hub_core::destination::DestinationPolicy;
+use hub_core::sink::webhook::{Attempt, WebhookClient};
+use hub_engine::delivery::shard_webhook::{fixture, ShardWebhooks};
+use hub_engine::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
+
+fn attempt(endpoint: &str) -> Attempt<'_> {
+    fixture::attempt(
+        endpoint,
+        Bytes::from(vec![b'x'; 512]),
+        Duration::from_secs(5),
+    )
+}
+
+/// A receiver answering 204 to every POST, on `tokio`; its endpoint.
+fn receiver(tokio: &tokio::runtime::Runtime) -> String {
+    let listener = tokio
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }),
+    );
+    tokio.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/hook")
+}
+
+fn webhook_attempt(c: &mut Criterion) {
+    let tokio = build_tokio_runtime(2).expect("tokio runtime");
+    let bridge = TokioBridge::new(tokio.handle().clone());
+    let endpoint = receiver(&tokio);
+    let policy = DestinationPolicy {
+        allow: ["127.0.0.1".to_owned()].into_iter().collect(),
+    };
+    let client = WebhookClient::new(Arc::new(policy)).expect("client");
+    let config = ShardConfig {
+        shards: 1,
+        pin: false,
+        ..ShardConfig::default()
+    };
+    let mut group = c.benchmark_group("webhook_attempt");
+    group.bench_function("on_the_shard", |b| {
+        b.iter_custom(|iters| {
+            let (client, bridge, endpoint) = (client.clone(), bridge.clone(), endpoint.clone());
+            let took = spawn_shards(&config, move |_| {
+                let webhooks = ShardWebhooks::new(client.clone(), bridge.clone());
+                let endpoint = endpoint.clone();
+                async move {
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        let outcome = webhooks.send(&attempt(&endpoint), &fixture::keys()).await;
+                        assert!(outcome.success, "{outcome:?}");
+                    }
+                    started.elapsed()
+                }
+            })
+            .expect("one shard");
+            took.into_iter().next().unwrap_or(Duration::ZERO)
+        })
+    });
+    group.bench_function("through_the_tokio_bridge", |b| {
+        b.iter_custom(|iters| {
+            let (client, bridge, endpoint) = (client.clone(), bridge.clone(), endpoint.clone());
+            let took = spawn_shards(&config, move |_| {
+                let (client, bridge, endpoint) = (client.clone(), bridge.clone(), endpoint.clone());
+                async move {
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        let (client, endpoint) = (client.clone(), endpoint.clone());
+                        let outcome = bridge
+                            .call(async move {
+                                client.send(&attempt(&endpoint), &fixture::keys()).await
+                            })
+                            .await
+                            .expect("bridge open");
+                        assert!(outcome.success, "{outcome:?}");
+                    }
+                    started.elapsed()
+                }
+            })
+            .expect("one shard");
+            took.into_iter().next().unwrap_or(Duration::ZERO)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, webhook_attempt);
+criterion_main!(benches);
