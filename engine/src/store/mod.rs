@@ -51,6 +51,11 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// A failure of the store's own machinery (I/O, a driver, a thread), as every store reports it.
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
 impl Fence {
     /// Checks a writer's fence against the unit's `current` generation: refused with `Fenced`
     /// when another owner claimed the unit since (an unfenced writer always passes).

@@ -143,9 +143,7 @@ impl std::fmt::Debug for CqlStore {
     }
 }
 
-pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
+pub(crate) use crate::store::unavailable;
 
 /// CQL has no unsigned integers; seqs, generations and keys stay far below `i64::MAX`.
 pub(crate) fn as_i64(v: u64) -> Result<i64, StoreError> {

@@ -4,16 +4,7 @@ use hub_core::redb_handle::testing::{fill, Tmpfs};
 
 use crate::store::conformance::write_big_event;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{Fence, Store, UnitId};
-
-async fn write_one(
-    store: &EmbeddedStore,
-    unit: &UnitId,
-    fence: Fence,
-    n: i64,
-) -> Result<(), String> {
-    write_big_event(store, unit, fence, n).await
-}
+use crate::store::{Store, UnitId};
 
 /// Issue 19's full disk, R-IN-7: a write that finds no space fails whole and says why; the
 /// store keeps saying so (for readiness) while the disk is full; once space is freed the
@@ -25,14 +16,14 @@ async fn r_in_7_a_full_disk_fails_writes_whole_and_the_store_resumes_when_space_
     let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
     let unit = UnitId::new("lerian.streaming.full", 0);
     let (fence, _) = store.claim_unit(&unit).await.expect("claim");
-    write_one(&store, &unit, fence, 0)
+    write_big_event(&store, &unit, fence, 0)
         .await
         .expect("room at first");
     fill(dir.path(), 256 << 10).expect("filled");
 
     let mut acknowledged = 1;
     let failure = loop {
-        match write_one(&store, &unit, fence, acknowledged).await {
+        match write_big_event(&store, &unit, fence, acknowledged).await {
             Ok(()) => acknowledged += 1,
             Err(e) => break e,
         }
@@ -44,14 +35,19 @@ async fn r_in_7_a_full_disk_fails_writes_whole_and_the_store_resumes_when_space_
         .expect("the failure is kept for readiness");
     assert!(reported.contains("No space left"), "{reported}");
     assert!(
-        write_one(&store, &unit, fence, acknowledged).await.is_err(),
+        write_big_event(&store, &unit, fence, acknowledged)
+            .await
+            .is_err(),
         "still full, still refused"
     );
 
     std::fs::remove_file(dir.path().join("filler")).expect("space freed");
     let mut resumed = false;
     for _ in 0..50 {
-        if write_one(&store, &unit, fence, acknowledged).await.is_ok() {
+        if write_big_event(&store, &unit, fence, acknowledged)
+            .await
+            .is_ok()
+        {
             resumed = true;
             break;
         }

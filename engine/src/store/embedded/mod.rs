@@ -53,9 +53,7 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
+use crate::store::unavailable;
 
 impl StorageFailure for StoreError {
     fn unavailable(why: String) -> Self {

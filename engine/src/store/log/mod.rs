@@ -62,9 +62,7 @@ impl std::fmt::Debug for LogStore {
     }
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
+use crate::store::unavailable;
 
 impl LogStore {
     /// Opens (or creates) the log in directory `dir`, with segments of [`SEGMENT_BYTES`].

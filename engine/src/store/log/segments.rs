@@ -17,9 +17,7 @@ use crate::store::StoreError;
 /// A segment is rolled over once it holds this much (the default; tests use less).
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
+use crate::store::unavailable;
 
 #[derive(Debug)]
 pub(super) struct Segments {
