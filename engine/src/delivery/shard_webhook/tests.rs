@@ -52,7 +52,17 @@ fn serving(
     close: bool,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> (SocketAddr, Arc<Seen>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    serving_at("127.0.0.1:0", answer, close, tls)
+}
+
+/// The same, listening on `bind`.
+fn serving_at(
+    bind: &str,
+    answer: fn(usize) -> Option<Vec<u8>>,
+    close: bool,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind(bind).expect("bind");
     let addr = listener.local_addr().expect("addr");
     let seen = Arc::new(Seen::default());
     let shared = seen.clone();
@@ -348,7 +358,12 @@ fn r_sec_2_loopback_is_refused_on_the_shard_by_address_and_by_name_without_the_a
 /// A certificate for `hooks.example`, the server's configuration holding it, and a root store
 /// trusting it.
 fn certificate() -> (Arc<rustls::ServerConfig>, rustls::RootCertStore) {
-    let made = rcgen::generate_simple_self_signed(vec!["hooks.example".to_owned()]).expect("cert");
+    certificate_for("hooks.example")
+}
+
+/// The same for `name` (a DNS name or an address).
+fn certificate_for(name: &str) -> (Arc<rustls::ServerConfig>, rustls::RootCertStore) {
+    let made = rcgen::generate_simple_self_signed(vec![name.to_owned()]).expect("cert");
     let cert = made.cert.der().clone();
     let key = rustls_pki_types::PrivateKeyDer::Pkcs8(made.key_pair.serialize_der().into());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -398,4 +413,13 @@ fn r_di_13_an_untrusted_certificate_is_a_tls_failure() {
         seen.requests.lock().expect("lock").is_empty(),
         "nothing sent"
     );
+}
+
+#[test]
+fn r_di_5_an_https_destination_at_an_ipv6_literal_is_checked_against_its_address() {
+    let (config, roots) = certificate_for("::1");
+    let (addr, _) = serving_at("[::1]:0", no_content, false, Some(config));
+    let endpoint = format!("https://[::1]:{}/hook", addr.port());
+    let outcomes = on_a_shard_trusting(&["[::1]", "::1"], vec![endpoint], SECOND, roots);
+    assert!(outcomes[0].success, "{:?}", outcomes[0]);
 }

@@ -188,7 +188,9 @@ pub async fn connect(
                     }
                     return handshake(stream).await;
                 };
-                let name = rustls_pki_types::ServerName::try_from(origin.host.clone())
+                // An IPv6 literal comes bracketed from its URL; the name to check is bare.
+                let bare = origin.host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls_pki_types::ServerName::try_from(bare.to_owned())
                     .map_err(|e| ConnectFailed::Tls(std::io::Error::other(e)))?;
                 let connector = futures_rustls::TlsConnector::from(tls.clone());
                 let stream = connector
