@@ -231,6 +231,25 @@ fn webhook_timeout(sub: &Subscription) -> Duration {
     ))
 }
 
+/// A webhook subscription's signing keys at `now_ms`, opened in memory for one attempt (R-DI-4),
+/// for a client that sends the webhook itself (the engine's shards).
+pub fn open_signing(
+    keyring: &Keyring,
+    sub: &Subscription,
+    now_ms: i64,
+) -> Result<Box<Keys>, Outcome> {
+    match open(keyring, sub, now_ms)? {
+        Material::Signing(keys) => Ok(keys),
+        Material::Credential(_) => Err(Outcome::refused(
+            ErrorClass::SecretUnavailable,
+            format!(
+                "no usable secret or credential for a {} subscription",
+                sub.sink_kind
+            ),
+        )),
+    }
+}
+
 /// The master key id `sub`'s secret or credential is sealed under, when `keyring` does not hold
 /// it: a process deployed without the key material the others use (R-SEC-1).
 pub fn missing_key<'s>(keyring: &Keyring, sub: &'s Subscription) -> Option<&'s str> {

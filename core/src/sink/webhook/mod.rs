@@ -382,7 +382,8 @@ fn rustls_inside(io: &std::io::Error) -> bool {
     false
 }
 
-fn short(text: &str) -> String {
+/// An error's text as an outcome's detail keeps it: its first 256 characters.
+pub fn short(text: &str) -> String {
     text.chars().take(256).collect()
 }
 

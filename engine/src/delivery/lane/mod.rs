@@ -29,7 +29,7 @@ use hub_core::model::SinkKind;
 use hub_core::model::Subscription;
 use hub_core::secrets::Keyring;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
-use hub_core::sink::{EventOut, Material, Sinks};
+use hub_core::sink::{EventOut, Sinks};
 use rand::SeedableRng;
 
 use super::autodisable::{Policy, Streak};

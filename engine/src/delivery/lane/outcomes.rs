@@ -25,15 +25,11 @@ impl DeliveryLane {
             return Box::pin(async move {
                 let begun = crate::clock::now_ms();
                 let event = event_out(&started.event);
-                let outcome = match hub_core::sink::open(&keyring, &sub, begun) {
-                    Ok(Material::Signing(keys)) => {
+                let outcome = match hub_core::sink::open_signing(&keyring, &sub, begun) {
+                    Ok(keys) => {
                         let a = hub_core::sink::webhook_attempt(&sub, &event, begun);
                         webhooks.send(&a, &keys).await
                     }
-                    Ok(Material::Credential(_)) => Outcome::refused(
-                        ErrorClass::SecretUnavailable,
-                        "a webhook subscription holds a queue credential",
-                    ),
                     Err(refused) => refused,
                 };
                 (id, outcome, begun)

@@ -13,7 +13,7 @@ use futures::future::{select, Either};
 use http_body_util::Full;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
 use hub_core::sink::webhook::{
-    answered, body_prefix, checked_addresses, prepare, Attempt, Keys, WebhookClient,
+    answered, body_prefix, checked_addresses, prepare, short, Attempt, Keys, WebhookClient,
     MAX_RESPONSE_BODY,
 };
 
@@ -215,10 +215,6 @@ fn io_kind(e: &hyper::Error) -> Option<std::io::ErrorKind> {
         source = s.source();
     }
     None
-}
-
-fn short(text: &str) -> String {
-    text.chars().take(256).collect()
 }
 
 /// The fixed attempt and key of this client's tests and of its bench.

@@ -31,6 +31,7 @@ use super::{
     IngestBatch, JobRecord, Lane, Page, QuarantineRecord, StepOutcome, Store, StoreError,
     StoredEvent, UnitId,
 };
+use crate::store::unavailable;
 use tables::*;
 
 /// The embedded store. Cheap to clone; all clones share one database file.
@@ -52,8 +53,6 @@ impl std::fmt::Debug for EmbeddedStore {
         f.write_str("EmbeddedStore")
     }
 }
-
-use crate::store::unavailable;
 
 impl StorageFailure for StoreError {
     fn unavailable(why: String) -> Self {

@@ -43,6 +43,7 @@ use super::{
     ForensicsFilter, IngestBatch, JobRecord, Lane, Page, QuarantineRecord, Retention, StepOutcome,
     Store, StoreError, StoredEvent, UnitId,
 };
+use crate::store::unavailable;
 
 pub use segments::SEGMENT_BYTES;
 
@@ -61,8 +62,6 @@ impl std::fmt::Debug for LogStore {
         f.write_str("LogStore")
     }
 }
-
-use crate::store::unavailable;
 
 impl LogStore {
     /// Opens (or creates) the log in directory `dir`, with segments of [`SEGMENT_BYTES`].

@@ -12,12 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::record::{frames, Loc};
+use crate::store::unavailable;
 use crate::store::StoreError;
 
 /// A segment is rolled over once it holds this much (the default; tests use less).
 pub const SEGMENT_BYTES: u64 = 64 << 20;
-
-use crate::store::unavailable;
 
 #[derive(Debug)]
 pub(super) struct Segments {
