@@ -105,6 +105,12 @@ impl Scheduler {
         None
     }
 
+    /// A job for `destination` runs that did not come through `take_next` (leased by its
+    /// ingest batch); `done` ends it like any other.
+    pub fn running(&mut self, destination: &str) {
+        *self.in_flight.entry(destination.to_owned()).or_default() += 1;
+    }
+
     /// A worker finished (any outcome) a job for `destination`.
     pub fn done(&mut self, destination: &str) {
         if let Some(n) = self.in_flight.get_mut(destination) {

@@ -14,9 +14,9 @@ use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
-use crate::ingest::jobs::{JobRouting, HANDOFF_QUEUE};
+use crate::ingest::jobs::{FreshLeases, Handoff, JobRouting};
 use crate::runtime::TokioBridge;
-use crate::store::{JobRecord, Store};
+use crate::store::Store;
 
 /// A shard's lane and the routing its ingest stage writes jobs with.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ pub struct Delivery {
     pub routing: Option<JobRouting>,
     pub counters: Arc<DeliveryCounters>,
     wakes: Vec<async_channel::Receiver<()>>,
-    handoffs: Vec<async_channel::Receiver<Vec<JobRecord>>>,
+    handoffs: Vec<async_channel::Receiver<Handoff>>,
     shards: usize,
     control: Arc<Control>,
     lane: LaneConfig,
@@ -96,8 +96,9 @@ impl Delivery {
             .map(|_| async_channel::bounded(1))
             .unzip();
         let (handing, handoffs): (Vec<_>, Vec<_>) = (0..shards.max(1))
-            .map(|_| async_channel::bounded(HANDOFF_QUEUE))
+            .map(|_| async_channel::unbounded())
             .unzip();
+        let fresh = Arc::new(FreshLeases::new(shards, lane.lease_ms));
         // Engines on one CQL keyspace share delivery as the consumer group shares partitions;
         // without a group (one process, or HTTP ingest alone) a lane is a shard.
         let numbering = match (&config.store, &config.kafka_brokers) {
@@ -114,6 +115,7 @@ impl Delivery {
                 // One process holds the embedded store, so the shard that writes a job is the
                 // only one that delivers it; on CQL another engine may hold the lane.
                 in_memory: matches!(config.store, StoreKind::Embedded),
+                fresh,
             }),
             counters,
             wakes,
@@ -178,6 +180,7 @@ impl Delivery {
                         counters: self.counters.clone(),
                         wake: wake.clone(),
                         handoff: handoff.clone(),
+                        fresh: routing.fresh.clone(),
                         stop: self.stop.clone(),
                         backpressure: self.backpressure.clone(),
                         shard: i,

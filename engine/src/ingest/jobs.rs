@@ -3,17 +3,69 @@
 //! jobs go to the owning lane in memory when that lane is the only one that can deliver them
 //! (the embedded store: one process), so a fresh job never goes back through the store to reach
 //! a worker; otherwise the lane is nudged and pages them.
+//!
+//! When the lane is idle and its store `leases_at_ingest`, the batch even writes the jobs leased
+//! (`FreshLeases`): the lane starts them from the hand-off with no lease step of its own, so a
+//! delivery at a low rate costs the event's sync and its outcome's, not a third for the lease.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::delivery::follow::Subscriptions;
 use crate::delivery::matching::EventFacts;
 use crate::delivery::ownership::Ownership;
-use crate::store::{BatchOutcome, IngestBatch, JobRecord, Lane, Matches};
+use crate::store::{
+    BatchOutcome, InboxEvent, IngestBatch, JobRecord, Lane, Matches, Started, StoredEvent,
+};
 
-/// How many handed-off batches may wait for a lane; past that the lane is nudged instead and
+/// How many batches of due jobs may wait for a lane; past that the lane is nudged instead and
 /// pages the jobs from the store (nothing is lost: they are durable before they are handed).
 pub const HANDOFF_QUEUE: usize = 256;
+
+/// What ingest hands a lane after a durable batch.
+#[derive(Debug)]
+pub enum Handoff {
+    /// Jobs due now, for the lane's scheduler to lease.
+    Due(Vec<JobRecord>),
+    /// Jobs the batch wrote leased, with their events: the lane only starts them. They must
+    /// reach it (until the lease lapses no page finds them), so they are never refused: the
+    /// lane opens `FreshLeases` only while it is idle, which bounds them.
+    Leased(Vec<Started>),
+}
+
+/// Which lanes take jobs leased by their ingest batch now: those whose store
+/// `leases_at_ingest` and that are idle (nothing held, nothing waiting for a worker). A busy lane
+/// leases through its scheduler, so tenant fairness and the destination caps decide the order.
+#[derive(Debug)]
+pub struct FreshLeases {
+    lease_ms: i64,
+    /// One per shard.
+    open: Vec<AtomicBool>,
+}
+
+impl FreshLeases {
+    pub fn new(shards: usize, lease_ms: i64) -> Self {
+        Self {
+            lease_ms,
+            open: (0..shards.max(1)).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Shard `shard`'s lane says whether it takes leased jobs now.
+    pub fn set_open(&self, shard: usize, open: bool) {
+        if let Some(o) = self.open.get(shard) {
+            if o.load(Ordering::Relaxed) != open {
+                o.store(open, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Until when a batch for shard `shard`'s lane leases its jobs, if that lane takes them.
+    fn lease_for(&self, shard: usize, now_ms: i64) -> Option<i64> {
+        let open = self.open.get(shard)?.load(Ordering::Relaxed);
+        open.then_some(now_ms + self.lease_ms)
+    }
+}
 
 /// The match index and each lane's wake-up and hand-off channels.
 #[derive(Debug, Clone)]
@@ -24,10 +76,13 @@ pub struct JobRouting {
     /// One per shard.
     pub wakes: Vec<async_channel::Sender<()>>,
     /// One per shard, beside `wakes`: jobs just written, for lanes that may take them in memory.
-    pub handoffs: Vec<async_channel::Sender<Vec<JobRecord>>>,
+    /// Unbounded for `Handoff::Leased`; `Handoff::Due` stops at [`HANDOFF_QUEUE`].
+    pub handoffs: Vec<async_channel::Sender<Handoff>>,
     /// Whether the lane that owns a job is the only one that can deliver it (embedded store).
     /// On CQL another engine may hold the lane, so jobs are always paged there.
     pub in_memory: bool,
+    /// Which lanes take jobs leased by their batch now.
+    pub fresh: Arc<FreshLeases>,
 }
 
 impl JobRouting {
@@ -55,6 +110,12 @@ impl JobRouting {
         if batch.matches.iter().all(|m| m.0.is_empty()) {
             batch.matches.clear();
         }
+        batch.lease_until_ms = match (self.in_memory, batch.matches.is_empty()) {
+            (true, false) => {
+                (self.fresh).lease_for(self.ownership.shard_of(lane), crate::clock::now_ms())
+            }
+            _ => None,
+        };
     }
 
     /// After `batch` is durable: hands its new jobs to their lane, or nudges the lane to page
@@ -64,14 +125,19 @@ impl JobRouting {
             return;
         }
         if self.in_memory {
-            let jobs = jobs_written(batch, outcome);
-            if jobs.is_empty() {
+            let Some(h) = self.handoffs.get(self.ownership.shard_of(batch.lane)) else {
+                return self.wake(batch.lane);
+            };
+            let handed = if batch.lease_until_ms.is_some() {
+                let started = leased_written(batch, outcome);
+                started.is_empty() || h.try_send(Handoff::Leased(started)).is_ok()
+            } else {
+                let jobs = jobs_written(batch, outcome);
+                jobs.is_empty()
+                    || (h.len() < HANDOFF_QUEUE && h.try_send(Handoff::Due(jobs)).is_ok())
+            };
+            if handed {
                 return;
-            }
-            if let Some(h) = self.handoffs.get(self.ownership.shard_of(batch.lane)) {
-                if h.try_send(jobs).is_ok() {
-                    return;
-                }
             }
         }
         self.wake(batch.lane);
@@ -86,26 +152,49 @@ impl JobRouting {
 }
 
 /// The jobs a durable batch created: one per match of each event stored for the first time
-/// (a duplicate creates none), as the store wrote them (`JobRecord::created`).
+/// (a duplicate creates none), as the store wrote them (`JobRecord::created`, leased when the
+/// batch leases).
 pub fn jobs_written(batch: &IngestBatch, outcome: &BatchOutcome) -> Vec<JobRecord> {
+    written(batch, outcome).map(|(job, _, _)| job).collect()
+}
+
+/// The jobs a durable batch wrote leased, each with its stored event, ready for an attempt.
+pub fn leased_written(batch: &IngestBatch, outcome: &BatchOutcome) -> Vec<Started> {
+    written(batch, outcome)
+        .map(|(job, event, seq)| Started {
+            job,
+            event: StoredEvent {
+                seq,
+                event: event.clone(),
+            },
+        })
+        .collect()
+}
+
+/// Each job a durable batch created, with its event and the event's `seq`.
+fn written<'a>(
+    batch: &'a IngestBatch,
+    outcome: &'a BatchOutcome,
+) -> impl Iterator<Item = (JobRecord, &'a InboxEvent, u64)> + 'a {
     let mut stored = outcome.stored.iter().peekable();
-    let mut jobs = Vec::new();
-    for (event, matches) in batch.events.iter().zip(&batch.matches) {
-        // `stored` is in batch order, so each entry is met once, at its own event; a repeat of
-        // an id inside the batch is a duplicate and finds the next entry elsewhere.
-        let Some((_, _, seq)) =
-            stored.next_if(|(tenant, id, _)| *id == event.id && *tenant == event.tenant)
-        else {
-            continue;
-        };
-        jobs.extend(
-            matches
-                .0
-                .iter()
-                .map(|sub| JobRecord::created(event, *seq, *sub, batch.lane)),
-        );
-    }
-    jobs
+    batch
+        .events
+        .iter()
+        .zip(&batch.matches)
+        .filter_map(move |(event, matches)| {
+            // `stored` is in batch order, so each entry is met once, at its own event; a repeat
+            // of an id inside the batch is a duplicate and finds the next entry elsewhere.
+            let (_, _, seq) =
+                stored.next_if(|(tenant, id, _)| *id == event.id && *tenant == event.tenant)?;
+            Some((event, matches, *seq))
+        })
+        .flat_map(move |(event, matches, seq)| {
+            matches.0.iter().map(move |sub| {
+                let job = JobRecord::created(event, seq, *sub, batch.lane)
+                    .leased_until(batch.lease_until_ms);
+                (job, event, seq)
+            })
+        })
 }
 
 #[cfg(test)]
@@ -158,6 +247,73 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(a, s1, 7, 3), (a, s2, 7, 3), (c, s1, 8, 3)]);
         assert_eq!(jobs[0], JobRecord::created(&batch.events[0], 7, s1, 3));
+    }
+
+    fn routing(shards: usize) -> (JobRouting, Vec<async_channel::Receiver<Handoff>>) {
+        let (handoffs, handed): (Vec<_>, Vec<_>) =
+            (0..shards).map(|_| async_channel::unbounded()).unzip();
+        let (wakes, _): (Vec<_>, Vec<_>) = (0..shards).map(|_| async_channel::bounded(1)).unzip();
+        let routing = JobRouting {
+            subs: Arc::default(),
+            ownership: Arc::new(Ownership::new(
+                crate::delivery::ownership::Numbering::ByShard,
+                shards,
+            )),
+            wakes,
+            handoffs,
+            in_memory: true,
+            fresh: Arc::new(FreshLeases::new(shards, 60_000)),
+        };
+        (routing, handed)
+    }
+
+    #[test]
+    fn r_di_8_only_an_idle_lane_gets_its_fresh_jobs_leased_and_handed_with_their_events() {
+        let (routing, handed) = routing(2);
+        assert_eq!(
+            routing.fresh.lease_for(1, 1_000),
+            None,
+            "closed until a lane opens"
+        );
+        routing.fresh.set_open(1, true);
+        assert_eq!(routing.fresh.lease_for(1, 1_000), Some(61_000));
+        assert_eq!(routing.fresh.lease_for(0, 1_000), None, "per lane");
+
+        let (a, sub) = (Uuid::now_v7(), Uuid::now_v7());
+        let batch = IngestBatch {
+            events: vec![event("t1", a)],
+            matches: vec![Matches(vec![sub])],
+            lane: 1,
+            lease_until_ms: Some(61_000),
+            ..IngestBatch::default()
+        };
+        let outcome = BatchOutcome {
+            stored: vec![("t1".into(), a, 4)],
+            ..BatchOutcome::default()
+        };
+        routing.written(&batch, &outcome);
+        let Ok(Handoff::Leased(started)) = handed[1].try_recv() else {
+            panic!("the leased job goes to its lane with its event");
+        };
+        assert_eq!(started.len(), 1);
+        assert_eq!(
+            (started[0].job.starts, started[0].job.due_at_ms),
+            (1, 61_000)
+        );
+        assert_eq!((started[0].event.seq, started[0].event.event.id), (4, a));
+
+        let batch = IngestBatch {
+            lease_until_ms: None,
+            ..batch
+        };
+        routing.written(&batch, &outcome);
+        let Ok(Handoff::Due(jobs)) = handed[1].try_recv() else {
+            panic!("a job not leased goes to its lane's scheduler");
+        };
+        assert_eq!(
+            (jobs[0].starts, jobs[0].due_at_ms),
+            (0, batch.events[0].received_at_ms)
+        );
     }
 
     #[test]

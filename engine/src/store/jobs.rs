@@ -56,6 +56,18 @@ impl JobRecord {
         }
     }
 
+    /// The job leased by the batch that creates it, when the batch carries a lease
+    /// (`IngestBatch::lease_until_ms`): one start counted and due when the lease lapses, as
+    /// `lease_job` would leave it.
+    #[must_use]
+    pub fn leased_until(mut self, lease_until_ms: Option<i64>) -> Self {
+        if let Some(until) = lease_until_ms {
+            self.starts += 1;
+            self.due_at_ms = until;
+        }
+        self
+    }
+
     /// A dead letter's job brought back by a replay: due at `now_ms` with a fresh attempt budget.
     pub fn revived(&self, now_ms: i64) -> Self {
         Self {
@@ -93,6 +105,9 @@ pub enum Settled {
     RetryAt(i64, AttemptRecord),
     /// Not attempted (open breaker); due again at this time, no attempt counted.
     Deferred(i64),
+    /// Leased with its ingest batch but not attempted (open breaker, inactive partner): due
+    /// again at this time, its start given back, so no recovery is counted (R-DI-8).
+    Returned(i64),
     /// No more attempts: kept as a dead letter with this reason.
     DeadLetter {
         reason: String,
@@ -214,6 +229,12 @@ pub fn settle_job<'a>(
         Settled::Deferred(at) => {
             let mut next = job.clone();
             next.due_at_ms = *at;
+            (JobChange::Rewrite(next), None)
+        }
+        Settled::Returned(at) => {
+            let mut next = job.clone();
+            next.due_at_ms = *at;
+            next.starts = next.starts.saturating_sub(1);
             (JobChange::Rewrite(next), None)
         }
         Settled::DeadLetter { reason, attempt } => {

@@ -308,6 +308,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether an ingest batch may write its new jobs already leased (`IngestBatch::
+    /// lease_until_ms`), their first start counted, so a lane starts them from the hand-off
+    /// without a lease step of its own (issue 17: one sync per event, not two). A store says so
+    /// only when its leases cannot strand a job: one process holds it and a crash's leases are
+    /// released when it opens. False unless a store says so.
+    fn leases_at_ingest(&self) -> bool {
+        false
+    }
+
     /// Why writes fail now, when the store knows it without trying one (the embedded store keeps
     /// its last failed commit until one lands); readiness reports it.
     fn write_failure(&self) -> Option<String> {

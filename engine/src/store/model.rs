@@ -152,6 +152,10 @@ pub struct IngestBatch {
     pub quarantined: Vec<QuarantineRecord>,
     /// The next offset to read on this unit after the batch (last offset + 1); `None` for HTTP.
     pub next_offset: Option<i64>,
+    /// When set, the new jobs are written leased until then, their first start counted
+    /// (`JobRecord::leased_until`), for a lane that takes them from the hand-off at once. Only
+    /// a store that `leases_at_ingest` is given one.
+    pub lease_until_ms: Option<i64>,
 }
 
 /// What a batch write did.

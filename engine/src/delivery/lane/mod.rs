@@ -40,6 +40,7 @@ use super::follow::Subscriptions;
 use super::pacing::Pacing;
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
+use crate::ingest::jobs::{FreshLeases, Handoff};
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
@@ -126,8 +127,10 @@ pub struct DeliveryLane {
     /// Nudged by ingest after a durable batch created jobs the lane must page.
     pub wake: async_channel::Receiver<()>,
     /// Jobs ingest just wrote durably, handed over in memory (embedded store): held at once,
-    /// without a page.
-    pub handoff: async_channel::Receiver<Vec<JobRecord>>,
+    /// without a page, or started at once when their batch leased them.
+    pub handoff: async_channel::Receiver<Handoff>,
+    /// Where this lane says whether ingest may lease its jobs for it (while it is idle).
+    pub fresh: Arc<FreshLeases>,
     pub stop: Arc<AtomicBool>,
     /// Where this lane reports its delivery lag (ingest back-pressure), as shard `shard`.
     pub backpressure: Arc<super::backpressure::Backpressure>,
@@ -166,7 +169,7 @@ struct StepInFlight {
 enum Woke {
     Step(StepReply),
     Attempt(Option<AttemptDone>),
-    Handed(Vec<JobRecord>),
+    Handed(Handoff),
     Nudge,
     Timer,
 }
@@ -210,6 +213,7 @@ impl DeliveryLane {
             crate::clock::now_ms(),
         );
         let mut backoff = Duration::from_millis(50);
+        let leases_at_ingest = self.store.leases_at_ingest();
         tracing::debug!(lanes = ?lane.lanes, workers = self.config.workers, "delivery lane running");
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
@@ -330,7 +334,10 @@ impl DeliveryLane {
             }
             self.refill(&mut lane, &mut attempts);
             self.report_lag(&mut lane, attempts.len());
+            let idle = lane.held.is_empty() && lane.ready.is_empty();
+            (self.fresh).set_open(self.shard, leases_at_ingest && idle && !stopping);
         }
+        self.fresh.set_open(self.shard, false);
         // A clean stop leaves no lease behind: let the lanes go, so the next holder need not
         // wait for the hold to lapse.
         let (store, lanes) = (self.store.clone(), lane.lanes.clone());

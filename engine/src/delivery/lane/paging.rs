@@ -92,9 +92,17 @@ impl DeliveryLane {
         Ok(full)
     }
 
-    /// Holds jobs ingest handed over; false when some were left to the store (no room, or their
-    /// destination's share of held memory is full), so a page must fetch them later.
-    pub(super) fn take_handed(&self, lane: &mut LaneState, jobs: Vec<JobRecord>) -> bool {
+    /// Holds jobs ingest handed over (or readies the ones it leased); false when some were left
+    /// to the store (no room, or their destination's share of held memory is full), so a page
+    /// must fetch them later.
+    pub(super) fn take_handed(&self, lane: &mut LaneState, handed: Handoff) -> bool {
+        let jobs = match handed {
+            Handoff::Due(jobs) => jobs,
+            Handoff::Leased(started) => {
+                self.take_leased(lane, started);
+                return true;
+            }
+        };
         let mut all = true;
         for job in jobs {
             if lane.held.len() >= self.config.held_max {

@@ -26,58 +26,108 @@ impl DeliveryLane {
             if let Some(n) = lane.held_per_destination.get_mut(&due.destination) {
                 *n = n.saturating_sub(1);
             }
-            let sub = self.subs.get(&job.tenant, job.subscription);
-            let breaker = lane
-                .breakers
-                .entry((job.tenant.clone(), due.destination.clone()))
-                .or_insert_with(|| Breaker::new(self.config.breaker));
-            let partner = sub.as_deref().and_then(|s| s.partner.as_deref()).map(|p| {
-                match &self.control.partners {
-                    Some(directory) => directory.state(p, now),
-                    // No directory: nobody can say the partner is active.
-                    None => PartnerState::Unknown,
+            match self.admit(lane, &job, &due.destination, now) {
+                Ok(sub) => {
+                    start.push(job.id);
+                    let destination = due.destination;
+                    lane.in_flight.insert(
+                        job.id,
+                        InFlight {
+                            sub,
+                            destination,
+                            job,
+                        },
+                    );
                 }
-            });
-            let settled = match dispatch(sub.as_deref(), partner, breaker, &job, now) {
-                Dispatch::Start => match sub {
-                    Some(sub) => {
-                        start.push(job.id);
-                        let destination = due.destination;
-                        lane.in_flight.insert(
-                            job.id,
-                            InFlight {
-                                sub,
-                                destination,
-                                job,
-                            },
-                        );
-                        continue;
-                    }
-                    None => Settled::Cancelled,
-                },
-                Dispatch::Defer(t) => {
-                    self.counters.deferred.fetch_add(1, Ordering::Relaxed);
-                    Settled::Deferred(t)
+                Err(settled) => {
+                    lane.scheduler.done(&due.destination);
+                    lane.settle.push(Settlement {
+                        job: job.id,
+                        settled,
+                    });
                 }
-                Dispatch::Cancel => {
-                    self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-                    Settled::Cancelled
-                }
-                Dispatch::Bury(reason) => {
-                    self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                    Settled::DeadLetter {
-                        reason: reason.into(),
-                        attempt: None,
-                    }
-                }
-            };
-            lane.scheduler.done(&due.destination);
-            lane.settle.push(Settlement {
-                job: job.id,
-                settled,
-            });
+            }
         }
         start
+    }
+
+    /// Takes jobs their ingest batch leased (`Handoff::Leased`) straight to `ready`, past the
+    /// scheduler (the lane was idle when the batch asked), but through the same checks as a
+    /// lease: a job that may not start now is settled, its start given back when deferred.
+    pub(super) fn take_leased(&self, lane: &mut LaneState, started: Vec<Started>) {
+        let now = crate::clock::now_ms();
+        for s in started {
+            let id = s.job.id;
+            let sub = self.subs.get(&s.job.tenant, s.job.subscription);
+            let destination = sub.as_ref().and_then(|s| s.endpoint.clone());
+            let destination = destination.unwrap_or_default();
+            // Until its attempt the lane sees the job as due when it was created (`attempt`
+            // measures the start's lag from there).
+            let mut job = s.job.clone();
+            job.due_at_ms = job.received_at_ms;
+            match self.admit(lane, &job, &destination, now) {
+                Ok(sub) => {
+                    lane.scheduler.running(&destination);
+                    lane.recent.leased(id);
+                    let flight = InFlight {
+                        sub,
+                        destination,
+                        job,
+                    };
+                    lane.in_flight.insert(id, flight);
+                    lane.ready.push_back(s);
+                }
+                Err(settled) => {
+                    let settled = match settled {
+                        Settled::Deferred(t) => Settled::Returned(t),
+                        other => other,
+                    };
+                    lane.settle.push(Settlement { job: id, settled });
+                }
+            }
+        }
+    }
+
+    /// Whether `job` may start now (the subscription's state, its partner, the destination's
+    /// breaker: `dispatch`), or how it is settled instead.
+    fn admit(
+        &self,
+        lane: &mut LaneState,
+        job: &JobRecord,
+        destination: &str,
+        now: i64,
+    ) -> Result<Arc<Subscription>, Settled> {
+        let sub = self.subs.get(&job.tenant, job.subscription);
+        let breaker = lane
+            .breakers
+            .entry((job.tenant.clone(), destination.to_owned()))
+            .or_insert_with(|| Breaker::new(self.config.breaker));
+        let partner = sub.as_deref().and_then(|s| s.partner.as_deref()).map(|p| {
+            match &self.control.partners {
+                Some(directory) => directory.state(p, now),
+                // No directory: nobody can say the partner is active.
+                None => PartnerState::Unknown,
+            }
+        });
+        let c = &self.counters;
+        match dispatch(sub.as_deref(), partner, breaker, job, now) {
+            Dispatch::Start => sub.ok_or(Settled::Cancelled),
+            Dispatch::Defer(t) => {
+                c.deferred.fetch_add(1, Ordering::Relaxed);
+                Err(Settled::Deferred(t))
+            }
+            Dispatch::Cancel => {
+                c.cancelled.fetch_add(1, Ordering::Relaxed);
+                Err(Settled::Cancelled)
+            }
+            Dispatch::Bury(reason) => {
+                c.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                Err(Settled::DeadLetter {
+                    reason: reason.into(),
+                    attempt: None,
+                })
+            }
+        }
     }
 
     /// Sends the round's outcomes and the leases of `start` to the store as one step.

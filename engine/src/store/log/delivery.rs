@@ -11,7 +11,7 @@ use super::state::State;
 use super::writes::Tx;
 use crate::store::{
     lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, JobChange, JobRecord, Lane,
-    Started, StepOutcome, StoreError, EVENT_GONE,
+    Settled, Started, StepOutcome, StoreError, EVENT_GONE,
 };
 
 /// Statistics a step touched, recorded once at its end.
@@ -65,7 +65,8 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
         match change {
             JobChange::Remove => tx.change(Change::JobGone { id: job.id }),
             JobChange::Rewrite(next) => {
-                let leased = leased && next.attempts == job.attempts;
+                // An outcome or a returned lease ends the lease; a deferral leaves it as it was.
+                let leased = leased && matches!(s.settled, Settled::Deferred(_));
                 tx.change(Change::Job { job: next, leased });
             }
             JobChange::Bury(last, reason) => {

@@ -15,6 +15,8 @@
 mod committer;
 mod delivery;
 mod job_entry;
+#[cfg(test)]
+mod lease_tests;
 mod record;
 #[cfg(test)]
 mod replay_tests;
@@ -379,6 +381,11 @@ impl Store for LogStore {
 
     /// Every write is queued for the commit thread and answered on a oneshot channel.
     fn writes_anywhere(&self) -> bool {
+        true
+    }
+
+    /// One process holds the log, and `open` releases every lease a crash left.
+    fn leases_at_ingest(&self) -> bool {
         true
     }
 }

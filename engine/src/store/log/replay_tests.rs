@@ -116,6 +116,8 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
                 .into_iter()
                 .collect(),
                 next_offset: Some(offset + 1),
+                // Some batches lease their jobs, as for an idle lane (issue 17).
+                lease_until_ms: rng.gen_bool(0.3).then_some(*now + 60_000),
             };
             store
                 .write_batch(unit, Fence::UNFENCED, Arc::new(batch))
@@ -141,10 +143,11 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
             let settle = (due.iter())
                 .map(|j| Settlement {
                     job: j.id,
-                    settled: match rng.gen_range(0..4) {
+                    settled: match rng.gen_range(0..5) {
                         0 => Settled::Delivered(attempt(true)),
                         1 => Settled::RetryAt(*now + 100, attempt(false)),
                         2 => Settled::Deferred(*now + 200),
+                        3 => Settled::Returned(*now + 200),
                         _ => Settled::DeadLetter {
                             reason: "gave up".into(),
                             attempt: Some(attempt(false)),

@@ -96,9 +96,11 @@ pub(super) fn ingest(
         let seq = tx.state.head(&event.tenant) + 1;
         tx.event(seq, event);
         for sub in batch.matches.get(i).map_or(&[][..], |m| m.0.as_slice()) {
-            let job = JobRecord::created(event, seq, *sub, batch.lane);
+            let job =
+                JobRecord::created(event, seq, *sub, batch.lane).leased_until(batch.lease_until_ms);
             if !tx.state.jobs.contains_key(&job.id) {
-                tx.change(Change::Job { job, leased: false });
+                let leased = batch.lease_until_ms.is_some();
+                tx.change(Change::Job { job, leased });
             }
         }
         outcome.stored.push((event.tenant.clone(), event.id, seq));
