@@ -4,6 +4,12 @@
 //! Each append is one frame written at the end and one `fdatasync`. Readers read records with
 //! positioned reads (`pread`) through a shared handle, so a segment dropped while a read is
 //! under way stays readable until that read ends.
+//!
+//! The active segment is prepared ahead of its appends: zeros are written and synced a mebibyte
+//! at a time past its end (`prepare`), so an append overwrites blocks the file already holds and
+//! its `fdatasync` flushes data alone — no size or extent change for the journal to commit with
+//! every frame (issue 17: about a third less CPU and wall time per sync here). A frame never
+//! has length 0, so replay reads the zeros as the end of the log.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -18,6 +24,9 @@ use crate::store::StoreError;
 /// A segment is rolled over once it holds this much (the default; tests use less).
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
+/// How far past its end the active segment is prepared at a time.
+const PREPARE_BYTES: u64 = 1 << 20;
+
 #[derive(Debug)]
 pub(super) struct Segments {
     dir: PathBuf,
@@ -25,6 +34,8 @@ pub(super) struct Segments {
     /// The newest segment, the one appended to, and how much of it holds good frames.
     active: u32,
     active_len: u64,
+    /// How much of the active segment the file holds, synced: zeros past `active_len`.
+    prepared: u64,
     /// Held (an advisory lock on `LOCK`) while the log is open: one process writes a log.
     _lock: File,
 }
@@ -62,6 +73,7 @@ impl Segments {
             files,
             active: 0,
             active_len: 0,
+            prepared: 0,
             _lock: lock,
         };
         match segments.files.keys().next_back().copied() {
@@ -71,6 +83,7 @@ impl Segments {
                     .metadata()
                     .map_err(unavailable)?
                     .len();
+                segments.prepared = segments.active_len;
             }
             None => segments.create(0)?,
         }
@@ -83,6 +96,7 @@ impl Segments {
         self.files.insert(n, Arc::new(file));
         self.active = n;
         self.active_len = 0;
+        self.prepared = 0;
         Ok(())
     }
 
@@ -103,28 +117,63 @@ impl Segments {
         self.files.keys().copied().collect()
     }
 
-    /// Starts a new segment; appends go there from now on.
+    /// Starts a new segment; appends go there from now on. The old one's prepared zeros go
+    /// (replay would drop them anyway).
     pub fn roll(&mut self) -> Result<(), StoreError> {
-        self.create(self.active + 1)
+        let (old, frames_end) = (self.files[&self.active].clone(), self.active_len);
+        self.create(self.active + 1)?;
+        if let Err(e) = old.set_len(frames_end) {
+            tracing::debug!(error = %e, "could not drop a rolled segment's prepared zeros");
+        }
+        Ok(())
     }
 
     /// Appends a frame to the active segment and syncs it. On failure the segment is cut back
     /// to where it was, so a torn frame never sits before later ones.
     pub fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
         let file = self.files[&self.active].clone();
+        let end = self.active_len + frame.len() as u64;
+        if end > self.prepared {
+            self.prepare(&file, end);
+        }
         let written = file
             .write_all_at(frame, self.active_len)
             .and_then(|()| file.sync_data());
         match written {
             Ok(()) => {
-                self.active_len += frame.len() as u64;
+                self.active_len = end;
+                // An unprepared append (no room to prepare) moved the file's end itself; the
+                // next preparation starts there, never over this frame.
+                self.prepared = self.prepared.max(end);
                 Ok(())
             }
             Err(e) => {
                 if let Err(cut) = file.set_len(self.active_len) {
                     tracing::warn!(error = %cut, "could not cut a failed append back");
                 }
+                self.prepared = self.active_len;
                 Err(unavailable(e))
+            }
+        }
+    }
+
+    /// Writes and syncs zeros past the active segment's end, to a mebibyte boundary beyond
+    /// `end`. Without room (a full disk) the segment is cut back to its frames and the append
+    /// goes on unprepared, as it would have without this.
+    fn prepare(&mut self, file: &File, end: u64) {
+        let target = (end / PREPARE_BYTES + 1) * PREPARE_BYTES;
+        let zeros = vec![0; (target - self.prepared) as usize];
+        match file
+            .write_all_at(&zeros, self.prepared)
+            .and_then(|()| file.sync_data())
+        {
+            Ok(()) => self.prepared = target,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not prepare the log segment ahead");
+                if let Err(cut) = file.set_len(self.active_len) {
+                    tracing::warn!(error = %cut, "could not cut a failed preparation back");
+                }
+                self.prepared = self.active_len;
             }
         }
     }
@@ -160,17 +209,21 @@ impl Segments {
                 apply(loc, record)?;
             }
             if end < len {
-                tracing::warn!(
-                    segment = n,
-                    kept = end,
-                    dropped = len - end,
-                    "log segment ends in a torn frame; dropped it"
-                );
+                // Zeros are what `prepare` wrote ahead; anything else is a frame torn by a crash.
+                if bytes[end as usize..].iter().any(|b| *b != 0) {
+                    tracing::warn!(
+                        segment = n,
+                        kept = end,
+                        dropped = len - end,
+                        "log segment ends in a torn frame; dropped it"
+                    );
+                }
                 file.set_len(end).map_err(unavailable)?;
                 file.sync_data().map_err(unavailable)?;
             }
             if n == self.active {
                 self.active_len = end;
+                self.prepared = end;
             }
         }
         Ok(())

@@ -176,15 +176,22 @@ async fn r_in_7_a_torn_frame_at_the_end_is_dropped_on_open() {
     }
     let segment = segment_files(dir.path()).remove(0);
     let whole = std::fs::read(&segment).expect("read");
-    // A frame header that promises more than follows, as a crash mid-write leaves it.
+    let end = super::record::frames(0, &whole).1 as usize;
+    assert!(
+        whole.len() > end && whole[end..].iter().all(|b| *b == 0),
+        "the active segment is prepared ahead with zeros"
+    );
+    // A frame header that promises more than follows, written over the prepared zeros as a
+    // crash mid-write leaves it.
     let mut torn = whole.clone();
-    torn.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9]);
+    torn[end..end + 14].copy_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9]);
     std::fs::write(&segment, &torn).expect("tear");
 
     let store = LogStore::open(dir.path()).expect("reopen");
     assert_eq!(
         std::fs::metadata(&segment).expect("meta").len(),
-        whole.len() as u64
+        end as u64,
+        "cut back after its last whole frame"
     );
     write_with_jobs(&store, &http, 0, vec![event("t-torn", "x.created")], &[]).await;
     drop(store);
