@@ -232,6 +232,41 @@ fn r_di_5_a_signed_post_is_delivered_and_its_connection_kept_alive() {
     );
 }
 
+/// Connections kept for origins no attempt asks for again are let go once idle past their
+/// time, and so are the origins' entries.
+#[test]
+fn r_di_5_idle_connections_to_origins_not_asked_again_are_let_go() {
+    let (a, _) = server(no_content, false);
+    let (b, _) = server(no_content, false);
+    let tokio = crate::runtime::build_tokio_runtime(1).expect("tokio");
+    let bridge = TokioBridge::new(tokio.handle().clone());
+    let policy = DestinationPolicy {
+        allow: ["127.0.0.1".to_owned()].into(),
+    };
+    let client =
+        WebhookClient::with_resolver(Arc::new(policy), Arc::new(Loopback)).expect("client");
+    let (kept, left) = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .spawn(move || async move {
+            let webhooks = ShardWebhooks::trusting(client, bridge, None);
+            for addr in [a, b] {
+                let endpoint = format!("http://{addr}/in");
+                let outcome =
+                    (webhooks.send(&attempt(&endpoint, SECOND), &super::fixture::keys())).await;
+                assert!(outcome.success, "{outcome:?}");
+            }
+            let kept = webhooks.http.origins_kept();
+            webhooks
+                .http
+                .sweep(std::time::Instant::now() + Duration::from_secs(91));
+            (kept, webhooks.http.origins_kept())
+        })
+        .expect("executor")
+        .join()
+        .expect("join");
+    assert_eq!(kept, 2, "one kept connection per origin");
+    assert_eq!(left, 0, "none once idle past their time");
+}
+
 #[test]
 fn r_di_13_a_connection_the_destination_closed_is_not_the_next_attempts_failure() {
     let (addr, seen) = server(no_content, true);

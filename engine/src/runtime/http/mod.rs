@@ -8,7 +8,7 @@
 
 mod io;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -24,6 +24,9 @@ use self::io::ShardIo;
 const IDLE_FOR: Duration = Duration::from_secs(90);
 /// Most idle connections kept per origin.
 const IDLE_PER_ORIGIN: usize = 64;
+/// How often the pool lets go of connections idle past `IDLE_FOR` to origins no request asks
+/// for any more (each holds a socket and its task on the shard).
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Where connections go: a host name (or address literal), port, and whether over TLS.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -102,6 +105,8 @@ type Idle = (SendRequest<Full<Bytes>>, Instant);
 #[derive(Debug, Default)]
 pub struct ShardHttp {
     idle: RefCell<HashMap<Origin, Vec<Idle>>>,
+    /// When `sweep` last ran.
+    swept_at: Cell<Option<Instant>>,
 }
 
 impl ShardHttp {
@@ -110,15 +115,46 @@ impl ShardHttp {
         let mut idle = self.idle.borrow_mut();
         let kept = idle.get_mut(origin)?;
         let now = Instant::now();
+        let mut found = None;
         while let Some((sender, since)) = kept.pop() {
             if now.duration_since(since) < IDLE_FOR && sender.is_ready() {
-                return Some(Connection {
+                found = Some(Connection {
                     sender,
                     reused: true,
                 });
+                break;
             }
         }
-        None
+        if kept.is_empty() {
+            idle.remove(origin);
+        }
+        found
+    }
+
+    /// Drops connections idle past `IDLE_FOR` or closed by their peer, and origins left with
+    /// none, at most once per `SWEEP_EVERY`: an origin no request asks for again would keep them
+    /// for good otherwise.
+    pub(crate) fn sweep(&self, now: Instant) {
+        if self
+            .swept_at
+            .get()
+            .is_some_and(|at| now.duration_since(at) < SWEEP_EVERY)
+        {
+            return;
+        }
+        self.swept_at.set(Some(now));
+        self.idle.borrow_mut().retain(|_, kept| {
+            kept.retain(|(sender, since)| {
+                now.duration_since(*since) < IDLE_FOR && sender.is_ready()
+            });
+            !kept.is_empty()
+        });
+    }
+
+    /// How many origins the pool keeps connections for (tests).
+    #[cfg(any(test, feature = "conformance"))]
+    pub fn origins_kept(&self) -> usize {
+        self.idle.borrow().len()
     }
 
     /// Keeps `connection` for the next request to `origin`.
@@ -126,6 +162,7 @@ impl ShardHttp {
         if !connection.sender.is_ready() {
             return;
         }
+        self.sweep(Instant::now());
         let mut idle = self.idle.borrow_mut();
         let kept = idle.entry(origin.clone()).or_default();
         if kept.len() < IDLE_PER_ORIGIN {
