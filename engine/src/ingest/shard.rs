@@ -82,6 +82,9 @@ impl ShardIngest {
         }
         let batch = Arc::new(batch);
         let mut backoff = Duration::from_millis(50);
+        // The same failure again (a full disk, a store down) is logged once per batch; the
+        // store's readiness and the failure counter say that it lasts.
+        let mut last_failure = String::new();
         loop {
             match self.try_once(&unit, &mut fence, &batch).await {
                 Try::Revoked => {
@@ -120,11 +123,19 @@ impl ShardIngest {
                     );
                 }
                 Try::ClaimFailed(e) => {
-                    tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "claim failed; retrying");
+                    if repeated(&mut last_failure, &e) {
+                        tracing::debug!(error = %e, topic = unit.topic, partition = unit.partition, "claim failed again; retrying");
+                    } else {
+                        tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "claim failed; retrying");
+                    }
                 }
                 Try::WriteFailed(e) => {
                     crate::telemetry::store_failed(crate::telemetry::FailedStage::IngestBatch);
-                    tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "batch not durable; retrying");
+                    if repeated(&mut last_failure, &e) {
+                        tracing::debug!(error = %e, topic = unit.topic, partition = unit.partition, "batch not durable again; retrying");
+                    } else {
+                        tracing::warn!(error = %e, topic = unit.topic, partition = unit.partition, "batch not durable; retrying");
+                    }
                 }
             }
             shard_sleep(backoff).await;
@@ -232,4 +243,27 @@ fn group_by_unit(pass: Vec<RecordIn>) -> Vec<(UnitId, Vec<RecordIn>)> {
         }
     }
     units
+}
+
+/// Whether `error` is the failure last seen (`last`), which it then becomes.
+fn repeated(last: &mut String, error: &StoreError) -> bool {
+    let now = error.to_string();
+    let same = *last == now;
+    *last = now;
+    same
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_op_3_a_lasting_store_failure_is_warned_of_once_per_batch() {
+        let mut last = String::new();
+        let full = StoreError::Unavailable("No space left on device".into());
+        assert!(!repeated(&mut last, &full), "the first failure is news");
+        assert!(repeated(&mut last, &full), "the same one again is not");
+        let gone = StoreError::Unavailable("the log committer stopped".into());
+        assert!(!repeated(&mut last, &gone), "another failure is news again");
+    }
 }
