@@ -276,8 +276,13 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     if !all_finished(&threads, grace) {
         // Same as a crash for what was in flight: offsets not committed are replayed and leased
         // jobs recovered on the next start; nothing is lost by leaving now.
+        let waiting: Vec<&str> = (threads.iter())
+            .filter(|t| !t.is_finished())
+            .map(|t| t.thread().name().unwrap_or("unnamed"))
+            .collect();
         tracing::error!(
             grace_ms = config.stop_grace_ms,
+            ?waiting,
             "stop: in-flight work did not finish in time (is the store answering?); exiting anyway"
         );
         std::process::exit(1);

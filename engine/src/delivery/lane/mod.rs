@@ -214,9 +214,15 @@ impl DeliveryLane {
         );
         let mut backoff = Duration::from_millis(50);
         let leases_at_ingest = self.store.leases_at_ingest();
+        // When the stop began, and whether a slow drain was reported: a stop that outlasts its
+        // grace should say what the lane still waited for.
+        let mut stop_seen: Option<(i64, bool)> = None;
         tracing::debug!(lanes = ?lane.lanes, workers = self.config.workers, "delivery lane running");
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
+            if stopping {
+                self.report_slow_drain(&lane, &mut stop_seen, step.is_some(), attempts.len());
+            }
             if stopping
                 && step.is_none()
                 && attempts.is_empty()
@@ -363,6 +369,29 @@ impl DeliveryLane {
                 continue;
             }
             attempts.push(self.attempt(lane, s));
+        }
+    }
+
+    /// Says, once, what a stopping lane still waits for when its drain takes over 10 s.
+    fn report_slow_drain(
+        &self,
+        lane: &LaneState,
+        seen: &mut Option<(i64, bool)>,
+        step_in_flight: bool,
+        attempts: usize,
+    ) {
+        let now = crate::clock::now_ms();
+        let (since, reported) = seen.get_or_insert((now, false));
+        if !*reported && now - *since > 10_000 {
+            *reported = true;
+            tracing::warn!(
+                shard = self.shard,
+                attempts,
+                ready = lane.ready.len(),
+                outcomes = lane.settle.len(),
+                step_in_flight,
+                "a stopping delivery lane is still draining"
+            );
         }
     }
 
