@@ -114,6 +114,23 @@ impl LogStore {
         &self,
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.queue(false, write).await
+    }
+
+    /// Runs `write` in the next group another write starts, or in one of its own after
+    /// `RIDE_AT_MOST` (`CommitterThread::submit_riding`), and answers once it is durable.
+    async fn write_riding<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.queue(true, write).await
+    }
+
+    async fn queue<T: Send + 'static>(
+        &self,
+        riding: bool,
+        write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let op: Op = Box::new(move |tx| {
             let result = write(tx);
@@ -131,7 +148,10 @@ impl LogStore {
             });
             (reply, aborts)
         });
-        self.committer.submit(op)?;
+        match riding {
+            true => self.committer.submit_riding(op)?,
+            false => self.committer.submit(op)?,
+        }
         answered
             .await
             .map_err(|_| StoreError::Unavailable("the log committer stopped".into()))?
@@ -298,8 +318,14 @@ impl Store for LogStore {
         }))
     }
 
+    /// A step of outcomes alone rides the next group (nobody waits on it to start work); a step
+    /// with leases goes at once.
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
-        self.write(move |tx| delivery::step(tx, &step)).await
+        if step.start.is_empty() {
+            self.write_riding(move |tx| delivery::step(tx, &step)).await
+        } else {
+            self.write(move |tx| delivery::step(tx, &step)).await
+        }
     }
 
     async fn dead_letters(
