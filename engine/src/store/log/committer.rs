@@ -72,6 +72,11 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
         for reply in replies {
             reply(failure.as_deref());
         }
+        if failure.is_none() {
+            let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
+            let segment_bytes = log.segment_bytes;
+            log.segments.prepare_ahead(segment_bytes);
+        }
     })
 }
 
