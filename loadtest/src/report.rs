@@ -58,10 +58,20 @@ pub struct HubFigures {
     pub rss_kib_peak: u64,
     /// CPU the measured hub processes used over the whole run (user + system), in seconds.
     pub cpu_seconds: Option<f64>,
+    /// Steady runs: the CPU over the paced phase alone (the hub's start, the scenario's set-up
+    /// and the warm-up excluded).
+    pub paced_cpu: Option<PacedCpu>,
     /// Each engine (one unless `--engines`).
     pub engines: Vec<crate::hub::EngineFigures>,
     pub counters: BTreeMap<String, u64>,
     pub store_phases: Vec<PhaseShare>,
+}
+
+/// The hub's CPU while the steady rate was produced, and the valid events produced meanwhile.
+#[derive(Debug, Clone, Serialize)]
+pub struct PacedCpu {
+    pub seconds: f64,
+    pub events: u64,
 }
 
 /// What the destinations saw of a delivery run, next to the physical limit of the same sink.
@@ -365,6 +375,14 @@ impl Report {
                 md,
                 "| hub CPU (user + system, whole run) | {cpu:.1} s · **{:.0} µs per {what}** |",
                 cpu * 1e6 / per.max(1) as f64
+            );
+        }
+        if let Some(paced) = &self.hub.paced_cpu {
+            let _ = writeln!(
+                md,
+                "| hub CPU over the paced phase (start and set-up excluded) | {:.1} s · **{:.0} µs per valid event produced** |",
+                paced.seconds,
+                paced.seconds * 1e6 / paced.events.max(1) as f64
             );
         }
         if self.hub.engines.len() > 1 {

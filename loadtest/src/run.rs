@@ -512,7 +512,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         "--target http needs a steady scenario (a backlog waits in Kafka before the hub starts)"
     );
     let http_acked = Arc::new(AtomicU64::new(0));
-    let (produced, produce_seconds, hub, samples, drain_after) = match scenario.mode {
+    let (produced, produce_seconds, hub, samples, drain_after, paced_cpu) = match scenario.mode {
         Mode::Backlog => {
             if scenario.delivery.is_some() {
                 // Subscriptions first (through a hub that then stops), so the backlog's events
@@ -556,7 +556,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             )
             .await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
-            (counts, produce_seconds, hub, sampler.finish(), None)
+            (counts, produce_seconds, hub, sampler.finish(), None, None)
         }
         Mode::Steady => {
             let t0 = Instant::now();
@@ -615,6 +615,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 scenario.rate, scenario.duration_s
             );
             let t = Instant::now();
+            let cpu_at_pace = hub_cpu(&hub.pids());
             let base = counts.total;
             let ack_counter = acked.clone();
             let answered = http_acked.clone();
@@ -631,6 +632,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             )
             .await?;
             let produce_seconds = t.elapsed().as_secs_f64();
+            let paced_cpu = cpu_at_pace
+                .zip(hub_cpu(&hub.pids()))
+                .map(|(before, after)| crate::report::PacedCpu {
+                    seconds: after - before,
+                    events: more.valid,
+                });
             counts.total += more.total;
             counts.valid += more.valid;
             counts.duplicates += more.duplicates;
@@ -648,7 +655,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             )
             .await?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
-            (counts, produce_seconds, hub, sampler.finish(), Some(drain))
+            (
+                counts,
+                produce_seconds,
+                hub,
+                sampler.finish(),
+                Some(drain),
+                paced_cpu,
+            )
         }
     };
 
@@ -741,6 +755,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             rss_kib_end: rss_end,
             rss_kib_peak: rss_peak,
             cpu_seconds,
+            paced_cpu,
             engines,
             store_phases: phases(&counters),
             counters,
@@ -771,4 +786,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     }
     kafka::delete_topics(&args.kafka, &[topic]).await?;
     Ok(Report { checks, ..report })
+}
+
+/// The CPU the hub processes `pids` used so far (user + system), in seconds.
+fn hub_cpu(pids: &[u32]) -> Option<f64> {
+    pids.iter().map(|pid| hub::cpu_seconds(*pid)).sum()
 }
