@@ -111,9 +111,9 @@ impl JobRouting {
             batch.matches.clear();
         }
         batch.lease_until_ms = match (self.in_memory, batch.matches.is_empty()) {
-            (true, false) => {
-                (self.fresh).lease_for(self.ownership.shard_of(lane), crate::clock::now_ms())
-            }
+            (true, false) => self
+                .fresh
+                .lease_for(self.ownership.shard_of(lane), crate::clock::now_ms()),
             _ => None,
         };
     }

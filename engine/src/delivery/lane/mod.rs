@@ -341,7 +341,8 @@ impl DeliveryLane {
             self.refill(&mut lane, &mut attempts);
             self.report_lag(&mut lane, attempts.len());
             let idle = lane.held.is_empty() && lane.ready.is_empty();
-            (self.fresh).set_open(self.shard, leases_at_ingest && idle && !stopping);
+            self.fresh
+                .set_open(self.shard, leases_at_ingest && idle && !stopping);
         }
         self.fresh.set_open(self.shard, false);
         // A clean stop leaves no lease behind: let the lanes go, so the next holder need not

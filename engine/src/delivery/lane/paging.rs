@@ -124,10 +124,7 @@ impl DeliveryLane {
             return true;
         }
         let sub = self.subs.get(&job.tenant, job.subscription);
-        let destination = sub
-            .as_ref()
-            .and_then(|s| s.endpoint.clone())
-            .unwrap_or_default();
+        let destination = destination_of(sub.as_deref());
         let holding = lane
             .held_per_destination
             .entry(destination.clone())
@@ -148,4 +145,9 @@ impl DeliveryLane {
         lane.held.insert(job.id, job);
         true
     }
+}
+
+/// Where a subscription's attempts go: what the breakers and the per-destination caps count by.
+pub(super) fn destination_of(sub: Option<&Subscription>) -> String {
+    sub.and_then(|s| s.endpoint.clone()).unwrap_or_default()
 }

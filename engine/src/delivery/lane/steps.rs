@@ -26,7 +26,8 @@ impl DeliveryLane {
             if let Some(n) = lane.held_per_destination.get_mut(&due.destination) {
                 *n = n.saturating_sub(1);
             }
-            match self.admit(lane, &job, &due.destination, now) {
+            let sub = self.subs.get(&job.tenant, job.subscription);
+            match self.admit(lane, &job, sub, &due.destination, now) {
                 Ok(sub) => {
                     start.push(job.id);
                     let destination = due.destination;
@@ -59,13 +60,12 @@ impl DeliveryLane {
         for s in started {
             let id = s.job.id;
             let sub = self.subs.get(&s.job.tenant, s.job.subscription);
-            let destination = sub.as_ref().and_then(|s| s.endpoint.clone());
-            let destination = destination.unwrap_or_default();
+            let destination = super::paging::destination_of(sub.as_deref());
             // Until its attempt the lane sees the job as due when it was created (`attempt`
             // measures the start's lag from there).
             let mut job = s.job.clone();
             job.due_at_ms = job.received_at_ms;
-            match self.admit(lane, &job, &destination, now) {
+            match self.admit(lane, &job, sub, &destination, now) {
                 Ok(sub) => {
                     lane.scheduler.running(&destination);
                     lane.recent.leased(id);
@@ -88,16 +88,16 @@ impl DeliveryLane {
         }
     }
 
-    /// Whether `job` may start now (the subscription's state, its partner, the destination's
-    /// breaker: `dispatch`), or how it is settled instead.
+    /// Whether `job` of `sub` may start now (the subscription's state, its partner, the
+    /// destination's breaker: `dispatch`), or how it is settled instead.
     fn admit(
         &self,
         lane: &mut LaneState,
         job: &JobRecord,
+        sub: Option<Arc<Subscription>>,
         destination: &str,
         now: i64,
     ) -> Result<Arc<Subscription>, Settled> {
-        let sub = self.subs.get(&job.tenant, job.subscription);
         let breaker = lane
             .breakers
             .entry((job.tenant.clone(), destination.to_owned()))

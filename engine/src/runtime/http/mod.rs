@@ -115,20 +115,17 @@ impl ShardHttp {
         let mut idle = self.idle.borrow_mut();
         let kept = idle.get_mut(origin)?;
         let now = Instant::now();
-        let mut found = None;
         while let Some((sender, since)) = kept.pop() {
             if now.duration_since(since) < IDLE_FOR && sender.is_ready() {
-                found = Some(Connection {
+                return Some(Connection {
                     sender,
                     reused: true,
                 });
-                break;
             }
         }
-        if kept.is_empty() {
-            idle.remove(origin);
-        }
-        found
+        // An emptied origin keeps its entry for the connection that comes back; `sweep` drops
+        // the ones no connection came back to.
+        None
     }
 
     /// Drops connections idle past `IDLE_FOR` or closed by their peer, and origins left with

@@ -117,15 +117,8 @@ impl LogStore {
         self.queue(false, write).await
     }
 
-    /// Runs `write` in the next group another write starts, or in one of its own after
-    /// `RIDE_AT_MOST` (`CommitterThread::submit_riding`), and answers once it is durable.
-    async fn write_riding<T: Send + 'static>(
-        &self,
-        write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        self.queue(true, write).await
-    }
-
+    /// `write`, in the next group (`riding`: in the next group another write starts, or in one
+    /// of its own after `RIDE_AT_MOST`, `CommitterThread::submit_riding`), answered once durable.
     async fn queue<T: Send + 'static>(
         &self,
         riding: bool,
@@ -321,11 +314,9 @@ impl Store for LogStore {
     /// A step of outcomes alone rides the next group (nobody waits on it to start work); a step
     /// with leases goes at once.
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
-        if step.start.is_empty() {
-            self.write_riding(move |tx| delivery::step(tx, &step)).await
-        } else {
-            self.write(move |tx| delivery::step(tx, &step)).await
-        }
+        let riding = step.start.is_empty();
+        self.queue(riding, move |tx| delivery::step(tx, &step))
+            .await
     }
 
     async fn dead_letters(

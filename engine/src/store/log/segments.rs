@@ -221,22 +221,26 @@ impl Segments {
             for (loc, record) in records {
                 apply(loc, record)?;
             }
-            if end < len {
-                // Zeros are what `prepare` wrote ahead; anything else is a frame torn by a crash.
-                if bytes[end as usize..].iter().any(|b| *b != 0) {
-                    tracing::warn!(
-                        segment = n,
-                        kept = end,
-                        dropped = len - end,
-                        "log segment ends in a torn frame; dropped it"
-                    );
-                }
+            // Zeros are what `prepare` wrote ahead; anything else is a frame torn by a crash.
+            let torn = bytes[end as usize..].iter().any(|b| *b != 0);
+            if torn {
+                tracing::warn!(
+                    segment = n,
+                    kept = end,
+                    dropped = len - end,
+                    "log segment ends in a torn frame; dropped it"
+                );
+            }
+            // The active segment keeps its prepared zeros for the appends to come; a torn
+            // frame, or zeros an older segment kept past a crash, are cut back.
+            let keep_zeros = n == self.active && !torn;
+            if end < len && !keep_zeros {
                 file.set_len(end).map_err(unavailable)?;
                 file.sync_data().map_err(unavailable)?;
             }
             if n == self.active {
                 self.active_len = end;
-                self.prepared = end;
+                self.prepared = if keep_zeros { len } else { end };
             }
         }
         Ok(())
