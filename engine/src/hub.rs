@@ -251,6 +251,8 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             // Ends well inside the stop's grace: the last offset commit (of what did become
             // durable) must still happen before the process gives up.
             drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),
+            // The rest but a margin: the process gives up at the grace's end.
+            leave_within: std::time::Duration::from_millis(config.stop_grace_ms / 5),
             security: config.kafka_security.clone(),
             sources: config.kafka_sources.clone(),
         };
@@ -261,6 +263,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             shards_done,
             health: kafka_state.unwrap_or_default(),
             drain: settings.drain,
+            leave_within: settings.leave_within,
             backpressure: delivery.backpressure.clone(),
             assignment,
         };
@@ -425,6 +428,8 @@ fn start_kafka(
         .subscribe(&[&settings.sources.dlq_pattern()])
         .context("subscribing to the sources' .dlq topics")?;
     let stop = work.stop.clone();
+    // The observer stops at once, so it may take the ingest consumer's whole budget to leave.
+    let dlq_leave_within = settings.drain + settings.leave_within;
     let consumer_thread =
         std::thread::Builder::new()
             .name("hub-kafka".into())
@@ -438,7 +443,9 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-dlq".into())
             .spawn(move || {
-                if let Err(e) = dlq::run_dlq_consumer(dlq_consumer, store, handle, stop) {
+                if let Err(e) =
+                    dlq::run_dlq_consumer(dlq_consumer, store, handle, stop, dlq_leave_within)
+                {
                     tracing::error!(error = %e, "dlq observer failed");
                 }
             })?

@@ -47,7 +47,19 @@ pub fn run_dlq_consumer(
     store: Arc<dyn Store>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
+    leave_within: Duration,
 ) -> anyhow::Result<()> {
+    observe_until_stopped(&consumer, store, tokio, stop);
+    super::kafka::leave_group(consumer, leave_within, "dlq");
+    Ok(())
+}
+
+fn observe_until_stopped(
+    consumer: &HubConsumer,
+    store: Arc<dyn Store>,
+    tokio: tokio::runtime::Handle,
+    stop: Arc<AtomicBool>,
+) {
     let mut pending = Vec::new();
     let mut since = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -71,7 +83,7 @@ pub fn run_dlq_consumer(
                     std::thread::park_timeout(Duration::from_millis(500));
                 }
                 // Stopping with nothing stored: nothing is committed either, so it is replayed.
-                Err(_) => return Ok(()),
+                Err(_) => return,
             }
         }
         // Every polled record is now stored, so the consumer's position is durable.
@@ -83,5 +95,4 @@ pub fn run_dlq_consumer(
         }
         since = Instant::now();
     }
-    Ok(())
 }

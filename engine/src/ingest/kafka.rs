@@ -38,6 +38,8 @@ pub struct KafkaSettings {
     /// How long a stop waits for the shards to make their queued records durable before the last
     /// offset commit.
     pub drain: Duration,
+    /// How long a stop waits, after the last offset commit, for the consumer to leave its group.
+    pub leave_within: Duration,
     /// Security protocol, SASL and CA.
     pub security: super::kafka_security::KafkaSecurity,
     /// The sources whose topics (and `.dlq` topics) this engine consumes.
@@ -234,6 +236,8 @@ pub struct ConsumerWork {
     pub health: Arc<crate::readiness::ComponentState>,
     /// How long a stop waits for the shards before the last commit.
     pub drain: Duration,
+    /// How long it then waits for the consumer to leave the group (`leave_group`).
+    pub leave_within: Duration,
     /// Closed while delivery is behind its bound: every assigned partition is paused.
     pub backpressure: Arc<Backpressure>,
     /// The partitions this member holds: set on every rebalance (and swept once a second).
@@ -258,7 +262,7 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
             check_broker(&consumer, &work.health);
             last_check = Some(Instant::now());
         }
-        committer.commit(CommitMode::Async);
+        committer.commit();
         let hold = work.backpressure.is_closed();
         if hold != router.held_back {
             router.hold_back(hold);
@@ -286,15 +290,58 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
         }
     }
     // Graceful stop: closing the shard channels lets each shard finish its queued records; their
-    // positions are committed as they become durable, the last ones synchronously.
+    // positions are committed as they become durable, the last ones with everything else.
     drop(router);
     let deadline = Instant::now() + work.drain;
     while !work.shards_done.load(Ordering::Acquire) && Instant::now() < deadline {
-        committer.commit(CommitMode::Async);
+        committer.commit();
         std::thread::park_timeout(Duration::from_millis(50));
     }
-    committer.commit(CommitMode::Sync);
+    if !work.shards_done.load(Ordering::Acquire) {
+        tracing::warn!(
+            waited = ?work.drain,
+            "stop: shards still writing after the drain; the partitions' next owner replays \
+             what was not committed"
+        );
+    }
+    committer.commit_everything();
+    drop(committer);
+    leave_group(consumer, work.leave_within, "ingest");
     Ok(())
+}
+
+/// Closes a consumer (its group learns at once that the partitions are free), waiting at most
+/// `within`. librdkafka's close waits for the group coordinator and for outstanding offset
+/// commits, and runs the revoke callback, which waits for writes still under way
+/// (`REVOKE_WAIT`); with a stalled coordinator or store it can outlast the stop's grace (seen on
+/// CI: a session timed out just before a stop, and the close never returned). So the close runs
+/// on a thread of its own, and one still pending after `within` is left to the process's exit:
+/// nothing is lost, the partitions' next owner replays from the last commit and dedup absorbs
+/// the repeats.
+pub fn leave_group(consumer: HubConsumer, within: Duration, which: &'static str) {
+    let started = Instant::now();
+    let (closed_tx, closed_rx) = mpsc::channel::<()>();
+    let closing = std::thread::Builder::new()
+        .name("hub-kafka-close".into())
+        .spawn(move || {
+            // The consumer's drop closes it: leaves the group, serving the close's callbacks.
+            drop(consumer);
+            let _ = closed_tx.send(());
+        });
+    if let Err(e) = closing {
+        tracing::warn!(error = %e, consumer = which, "no thread to close the kafka consumer");
+        return;
+    }
+    match closed_rx.recv_timeout(within) {
+        Ok(()) => {
+            tracing::debug!(took = ?started.elapsed(), consumer = which, "kafka consumer left its group")
+        }
+        Err(_) => tracing::warn!(
+            waited = ?within,
+            consumer = which,
+            "kafka consumer has not left its group yet; its close is left to the process's exit"
+        ),
+    }
 }
 
 /// Records which partitions this member owns now: shards claim only those, and delivery lanes
@@ -389,10 +436,21 @@ impl<'c> Committer<'c> {
     }
 
     /// Commits what moved if `COMMIT_EVERY` has passed; everything still assigned after a
-    /// failed commit, every `RESEND_ALL_EVERY`, and for the last (`Sync`) one.
-    fn commit(&mut self, mode: CommitMode) {
+    /// failed commit and every `RESEND_ALL_EVERY`.
+    fn commit(&mut self) {
+        self.commit_with(false);
+    }
+
+    /// The last commit of a stop: everything still assigned, at once. Asynchronous, since a
+    /// synchronous commit has no time limit; the close that follows waits for it
+    /// (`leave_group`).
+    fn commit_everything(&mut self) {
+        self.commit_with(true);
+    }
+
+    fn commit_with(&mut self, everything: bool) {
         self.collect();
-        if matches!(mode, CommitMode::Async) && self.last.elapsed() < COMMIT_EVERY {
+        if !everything && self.last.elapsed() < COMMIT_EVERY {
             return;
         }
         let failed = self
@@ -403,7 +461,7 @@ impl<'c> Committer<'c> {
         // The last commit of a stop sends everything: a failure of the one before it may not
         // have been reported yet.
         let due = self.last_resend_all.elapsed() >= RESEND_ALL_EVERY;
-        if failed || due || matches!(mode, CommitMode::Sync) {
+        if failed || due || everything {
             self.last_resend_all = Instant::now();
             // Only what is still assigned: an old position of a partition another member now
             // holds could move the group's position back.
@@ -426,7 +484,7 @@ impl<'c> Committer<'c> {
                 tracing::warn!(error = %e, topic, partition, "bad commit position");
             }
         }
-        if let Err(e) = self.consumer.commit(&tpl, mode) {
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
             // Not fatal: sent again below; a partition that moved to another member is replayed
             // by it from the last commit and dedup absorbs the replay.
             tracing::info!(error = %e, "offset commit failed; the positions are sent again");

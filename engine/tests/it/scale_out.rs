@@ -5,9 +5,6 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -135,21 +132,7 @@ impl Pair {
     /// `session_ms`: the Kafka session timeout; the engines are static members (`engine-1`,
     /// `engine-2` of this group).
     async fn start(session_ms: u32) -> Pair {
-        let admin_client: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", KAFKA)
-            .create()
-            .expect("admin");
-        admin_client
-            .create_topics(
-                &[NewTopic::new(
-                    "lerian.streaming.lender",
-                    PARTITIONS,
-                    TopicReplication::Fixed(1),
-                )],
-                &AdminOptions::new(),
-            )
-            .await
-            .expect("create topic");
+        create_topic("lerian.streaming.lender", PARTITIONS).await;
         // One data directory: the engines share its keys and token secret, as a deployment
         // would.
         let dir = tempfile::tempdir().expect("tempdir");
@@ -537,4 +520,54 @@ async fn r_in_8_a_tenant_spread_over_two_engines_keeps_a_gap_free_seq() {
     for engine in [pair.first.take(), Some(pair.second)].into_iter().flatten() {
         engine.stop();
     }
+}
+
+/// A stop must end within its grace even when leaving the group does not: here the close's
+/// revoke callback waits for a write still under way (a store that stopped answering), which on
+/// its own would hold the close for the whole revoke wait (10 s).
+#[tokio::test]
+async fn r_op_1_a_consumer_leaving_its_group_gives_up_waiting_after_its_bound() {
+    use hub_engine::delivery::ownership::{Numbering, Ownership};
+    use hub_engine::ingest::assignment::Assignment;
+    use hub_engine::ingest::kafka::{consumer, leave_group, KafkaSettings};
+    use rdkafka::consumer::Consumer;
+    use std::sync::Arc;
+
+    let topic = format!("lerian.streaming.leave-{}", Uuid::now_v7().simple());
+    create_topic(&topic, 1).await;
+    let assignment = Arc::new(Assignment::new(Arc::new(Ownership::new(
+        Numbering::ByPartition,
+        1,
+    ))));
+    let settings = KafkaSettings {
+        brokers: KAFKA.into(),
+        group_id: format!("leave-{}", Uuid::now_v7().simple()),
+        metadata_refresh_ms: 1_000,
+        session_timeout_ms: 6_000,
+        instance_id: None,
+        drain: Duration::from_secs(1),
+        leave_within: Duration::from_secs(1),
+        security: Default::default(),
+        sources: Default::default(),
+    };
+    let member = consumer(&settings, "", Some(assignment.clone())).expect("consumer");
+    member.subscribe(&[&topic]).expect("subscribe");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !assignment.holds(&topic, 0) {
+        assert!(std::time::Instant::now() < deadline, "never assigned");
+        let _ = member.poll(Duration::from_millis(100));
+    }
+    let write = assignment
+        .begin_write(&topic, 0)
+        .expect("a write of the held partition");
+
+    let started = std::time::Instant::now();
+    leave_group(member, settings.leave_within, "test");
+    let took = started.elapsed();
+    drop(write);
+    delete_topic(&topic).await;
+    assert!(
+        took < Duration::from_secs(5),
+        "left after {took:?}: the bound is 1 s, the revoke wait 10 s"
+    );
 }

@@ -330,17 +330,7 @@ pub async fn produce_workload(
     count: usize,
     seed: u64,
 ) -> Produced {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", KAFKA)
-        .create()
-        .expect("admin");
-    admin
-        .create_topics(
-            &[NewTopic::new(topic, 8, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .expect("create topic");
+    create_topic(topic, 8).await;
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", KAFKA)
         .set("linger.ms", "5")
@@ -574,6 +564,21 @@ pub async fn wait_caught_up(topic: &str, group: &str, limit: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Creates `topic` (an existing one is left as it is).
+pub async fn create_topic(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", KAFKA)
+        .create()
+        .expect("admin");
+    admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("create topic");
 }
 
 pub async fn delete_topic(topic: &str) {
