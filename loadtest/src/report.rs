@@ -104,6 +104,8 @@ pub struct DeliveryFigures {
     pub latency_curve: Vec<(f64, f64)>,
     /// Per tenant, most deliveries first: (tenant, deliveries, p50 ms, p99 ms, max ms).
     pub per_tenant: Vec<(String, u64, f64, f64, f64)>,
+    /// (unix second, worst latency in ms) of the events sent in each second.
+    pub worst_by_sent_second: Vec<(i64, f64)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -427,6 +429,9 @@ impl Report {
                     "| end-to-end latency (producer send → arrival at the destination) | p50 {p50:.1} ms · p90 {p90:.1} ms · p99 {p99:.1} ms · p99.9 {p999:.1} ms · max {max:.1} ms |"
                 );
             }
+            if let Some(slow) = slow_seconds(&d.worst_by_sent_second) {
+                let _ = writeln!(md, "{slow}");
+            }
             let _ = writeln!(
                 md,
                 "| requests or messages seen (retries included) / bad signatures | {} / {} |",
@@ -510,5 +515,47 @@ fn engines_rows(md: &mut String, engines: &[crate::hub::EngineFigures]) {
             e.delivered,
             e.rss_kib_peak as f64 / 1024.0
         );
+    }
+}
+
+/// The latency over 100 ms this run had: a row naming the seconds of sending (counted from the
+/// first) whose events waited longest, worst first. A tail spread over the run is load; one
+/// that comes in a few seconds, or every few seconds, is a stall.
+fn slow_seconds(worst: &[(i64, f64)]) -> Option<String> {
+    const SLOW_MS: f64 = 100.0;
+    let first = worst.first()?.0;
+    let mut slow: Vec<(i64, f64)> = worst
+        .iter()
+        .filter(|(_, ms)| *ms > SLOW_MS)
+        .map(|(s, ms)| (s - first, *ms))
+        .collect();
+    if slow.is_empty() {
+        return None;
+    }
+    let count = slow.len();
+    slow.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let named: Vec<String> = slow
+        .iter()
+        .take(8)
+        .map(|(s, ms)| format!("{s} s: {ms:.0} ms"))
+        .collect();
+    Some(format!(
+        "| seconds of sending whose events waited over {SLOW_MS:.0} ms (from the first send; worst first) | {count} of {}: {} |",
+        worst.len(),
+        named.join(" · ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slow_seconds;
+
+    #[test]
+    fn slow_seconds_are_counted_from_the_first_send_worst_first() {
+        let worst = [(100, 20.0), (101, 250.0), (102, 30.0), (108, 600.0)];
+        let row = slow_seconds(&worst).expect("two slow seconds");
+        assert!(row.contains("2 of 4: 8 s: 600 ms · 1 s: 250 ms"), "{row}");
+        assert_eq!(slow_seconds(&[(5, 99.0)]), None);
+        assert_eq!(slow_seconds(&[]), None);
     }
 }

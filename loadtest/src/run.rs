@@ -215,6 +215,7 @@ fn delivery_figures(
             .unwrap_or(0),
         latency_curve: t.latency_curve(),
         per_tenant: t.tenant_latency(),
+        worst_by_sent_second: t.worst_by_sent_second(),
     }
 }
 

@@ -30,6 +30,9 @@ pub struct Tally {
     seen: Arc<Mutex<Seen>>,
     latency_us: Arc<Mutex<Histogram<u64>>>,
     tenant_latency_us: Arc<Mutex<HashMap<String, Histogram<u64>>>>,
+    /// The worst latency of the events sent in each second (unix seconds): when a tail
+    /// happened, not only how long it was.
+    worst_by_sent_second: Arc<Mutex<std::collections::BTreeMap<i64, u64>>>,
 }
 
 /// The producer's send time in a payload (`"sent_ms":<unix ms>` near its start).
@@ -49,6 +52,7 @@ impl Tally {
             seen: Arc::default(),
             latency_us: Arc::new(Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)),
             tenant_latency_us: Arc::default(),
+            worst_by_sent_second: Arc::default(),
         })
     }
 
@@ -84,6 +88,10 @@ impl Tally {
         let us = u64::try_from((crate::machine::unix_ms() - sent).max(0) * 1000).unwrap_or(0);
         if let Ok(mut hist) = self.latency_us.lock() {
             let _ = hist.record(us);
+        }
+        if let Ok(mut worst) = self.worst_by_sent_second.lock() {
+            let second = worst.entry(sent.div_euclid(1000)).or_default();
+            *second = (*second).max(us);
         }
         if let Ok(mut per) = self.tenant_latency_us.lock() {
             if !per.contains_key(tenant) {
@@ -130,6 +138,17 @@ impl Tally {
         points
             .into_iter()
             .map(|p| (p, h.value_at_quantile(p / 100.0) as f64 / 1000.0))
+            .collect()
+    }
+
+    /// The worst latency (ms) of the events sent in each second, by unix second.
+    pub fn worst_by_sent_second(&self) -> Vec<(i64, f64)> {
+        let Ok(worst) = self.worst_by_sent_second.lock() else {
+            return Vec::new();
+        };
+        worst
+            .iter()
+            .map(|(s, us)| (*s, *us as f64 / 1000.0))
             .collect()
     }
 

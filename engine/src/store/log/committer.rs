@@ -8,7 +8,7 @@
 //! retries.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::record::Frame;
 use super::retention;
@@ -61,11 +61,20 @@ pub(super) struct Shared {
     pub timings: PhaseTimings,
 }
 
+/// A group slower than this is logged with where its time went: a stall of the commit thread
+/// stalls every shard's ingest and every settlement behind it.
+const SLOW_GROUP: Duration = Duration::from_millis(100);
+
 pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
     Committer::start("log-commit", move |group| {
         let started = Instant::now();
-        let (replies, failure) = commit_group(&shared, group);
+        let writes = group.len();
+        let (replies, failure, spent) = commit_group(&shared, group);
         shared.timings.record(0, started);
+        let took = started.elapsed();
+        if took >= SLOW_GROUP {
+            tracing::info!(?took, writes, ?spent, "slow log group commit");
+        }
         if let Ok(mut kept) = shared.failure.lock() {
             kept.clone_from(&failure);
         }
@@ -73,16 +82,34 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
             reply(failure.as_deref());
         }
         if failure.is_none() {
+            let preparing = Instant::now();
             let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
             let segment_bytes = log.segment_bytes;
             log.segments.prepare_ahead(segment_bytes);
+            drop(log);
+            if preparing.elapsed() >= SLOW_GROUP {
+                tracing::info!(took = ?preparing.elapsed(), "slow log segment preparation");
+            }
         }
     })
 }
 
-fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>) {
+/// Where a group's time went, for the slow-group log.
+#[derive(Debug, Default)]
+struct GroupSpent {
+    lock: Duration,
+    roll: Option<Duration>,
+    changes: Duration,
+    bytes: usize,
+    append: Duration,
+}
+
+fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>, GroupSpent) {
+    let mut spent = GroupSpent::default();
+    let mut phase = Instant::now();
     let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
     let log = &mut *log;
+    spent.lock = lap(&mut phase);
     let mut replies = Vec::with_capacity(group.len());
     let mut failure = None;
     // A segment that cannot be rolled (no room for a file) takes the group itself; the next
@@ -91,6 +118,7 @@ fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>)
         if let Err(e) = log.segments.roll() {
             tracing::warn!(error = %e, "could not start a new log segment");
         }
+        spent.roll = Some(lap(&mut phase));
     }
     // Every segment starts with the snapshot, even one whose first frame failed before.
     let fresh_segment = log.segments.active_len() == 0;
@@ -112,12 +140,12 @@ fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>)
         }
         log.spent = tx.spent;
     }
+    spent.changes = lap(&mut phase);
     if failure.is_none() && !frame.is_empty() {
-        failure = log
-            .segments
-            .append(frame.seal())
-            .err()
-            .map(|e| e.to_string());
+        let sealed = frame.seal();
+        spent.bytes = sealed.len();
+        failure = log.segments.append(sealed).err().map(|e| e.to_string());
+        spent.append = lap(&mut phase);
     }
     match &failure {
         None => remove_spent(log),
@@ -129,7 +157,15 @@ fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>)
             }
         }
     }
-    (replies, failure)
+    (replies, failure, spent)
+}
+
+/// The time since `phase`, which moves to now.
+fn lap(phase: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let took = now - *phase;
+    *phase = now;
+    took
 }
 
 fn remove_spent(log: &mut Log) {
