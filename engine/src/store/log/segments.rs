@@ -132,20 +132,22 @@ impl Segments {
 
     /// Appends a frame to the active segment and syncs it. On failure the segment is cut back
     /// to where it was, so a torn frame never sits before later ones.
+    ///
+    /// A frame longer than the room prepared is written past it as it is: preparing first would
+    /// write and sync zeros the frame then overwrites (two syncs on the write's path; a
+    /// 1,000-event batch took twice as long), while one sync that also moves the file's end
+    /// costs only its journal commit. `prepare_ahead` prepares past it after the answers.
     pub fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
         let file = self.files[&self.active].clone();
         let end = self.active_len + frame.len() as u64;
-        if end > self.prepared {
-            self.prepare(&file, end);
-        }
         let written = file
             .write_all_at(frame, self.active_len)
             .and_then(|()| file.sync_data());
         match written {
             Ok(()) => {
                 self.active_len = end;
-                // An unprepared append (no room to prepare) moved the file's end itself; the
-                // next preparation starts there, never over this frame.
+                // An append past the prepared room moved the file's end itself; the next
+                // preparation starts there, never over this frame.
                 self.prepared = self.prepared.max(end);
                 Ok(())
             }
