@@ -83,10 +83,15 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
         }
         if failure.is_none() {
             let preparing = Instant::now();
-            let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
-            let segment_bytes = log.segment_bytes;
-            log.segments.prepare_ahead(segment_bytes);
-            drop(log);
+            let lock = || shared.log.lock().unwrap_or_else(|e| e.into_inner());
+            let preparation = {
+                let log = lock();
+                log.segments.preparation(log.segment_bytes)
+            };
+            if let Some(preparation) = preparation {
+                let written = preparation.write();
+                lock().segments.prepared(&preparation, written);
+            }
             if preparing.elapsed() >= SLOW_GROUP {
                 tracing::info!(took = ?preparing.elapsed(), "slow log segment preparation");
             }

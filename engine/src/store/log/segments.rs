@@ -6,11 +6,12 @@
 //! under way stays readable until that read ends.
 //!
 //! The active segment is prepared ahead of its appends: zeros are written and synced 256 KiB at
-//! a time past its end (`prepare`), so an append overwrites blocks the file already holds and
-//! its `fdatasync` flushes data alone — no size or extent change for the journal to commit with
-//! every frame (issue 17: about a third less CPU and wall time per sync here). The committer
-//! prepares between groups, after answering one (`prepare_ahead`), so no write waits for it
-//! unless it comes meanwhile; a mebibyte at a time took 7 ms (up to 49) here, 256 KiB 1.7 ms.
+//! a time past its end (`Preparation`), so an append overwrites blocks the file already holds
+//! and its `fdatasync` flushes data alone — no size or extent change for the journal to commit
+//! with every frame (issue 17: about a third less CPU and wall time per sync here). The
+//! committer prepares between groups, after answering one, and without the log's lock, so no
+//! write waits for it unless it comes meanwhile and no read waits for it at all; a mebibyte at a
+//! time took 7 ms (up to 49) here, 256 KiB 1.7 ms.
 //! A frame never has length 0, so replay reads the zeros as the end of the log.
 
 use std::collections::BTreeMap;
@@ -136,7 +137,8 @@ impl Segments {
     /// A frame longer than the room prepared is written past it as it is: preparing first would
     /// write and sync zeros the frame then overwrites (two syncs on the write's path; a
     /// 1,000-event batch took twice as long), while one sync that also moves the file's end
-    /// costs only its journal commit. `prepare_ahead` prepares past it after the answers.
+    /// costs only its journal commit. The commit thread prepares past it after the answers
+    /// (`preparation`).
     pub fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
         let file = self.files[&self.active].clone();
         let end = self.active_len + frame.len() as u64;
@@ -161,31 +163,33 @@ impl Segments {
         }
     }
 
-    /// Prepares the next stretch of the active segment when less than half a stretch is left,
-    /// unless the segment is full (`segment_bytes`: the next group rolls it).
-    pub fn prepare_ahead(&mut self, segment_bytes: u64) {
+    /// The next stretch of the active segment to prepare, when less than half a stretch is
+    /// left, unless the segment is full (`segment_bytes`: the next group rolls it).
+    pub fn preparation(&self, segment_bytes: u64) -> Option<Preparation> {
         let room = self.prepared.saturating_sub(self.active_len);
         if room >= PREPARE_BYTES / 2 || self.active_len >= segment_bytes {
-            return;
+            return None;
         }
-        let file = self.files[&self.active].clone();
-        self.prepare(&file, self.prepared.max(self.active_len));
+        let from = self.prepared.max(self.active_len);
+        Some(Preparation {
+            file: self.files[&self.active].clone(),
+            segment: self.active,
+            from,
+            to: (from / PREPARE_BYTES + 1) * PREPARE_BYTES,
+        })
     }
 
-    /// Writes and syncs zeros past what is prepared, to the `PREPARE_BYTES` boundary beyond
-    /// `end`. Without room (a full disk) the segment is cut back to its frames and the append
-    /// goes on unprepared, as it would have without this.
-    fn prepare(&mut self, file: &File, end: u64) {
-        let target = (end / PREPARE_BYTES + 1) * PREPARE_BYTES;
-        let zeros = vec![0; (target - self.prepared) as usize];
-        match file
-            .write_all_at(&zeros, self.prepared)
-            .and_then(|()| file.sync_data())
-        {
-            Ok(()) => self.prepared = target,
+    /// Records how `preparation` went. Without room (a full disk) the segment is cut back to
+    /// its frames and appends go on unprepared, as they would have without this.
+    pub fn prepared(&mut self, preparation: &Preparation, written: std::io::Result<()>) {
+        if preparation.segment != self.active {
+            return;
+        }
+        match written {
+            Ok(()) => self.prepared = self.prepared.max(preparation.to),
             Err(e) => {
                 tracing::debug!(error = %e, "could not prepare the log segment ahead");
-                if let Err(cut) = file.set_len(self.active_len) {
+                if let Err(cut) = preparation.file.set_len(self.active_len) {
                     tracing::warn!(error = %cut, "could not cut a failed preparation back");
                 }
                 self.prepared = self.active_len;
@@ -272,4 +276,23 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(unavailable)
+}
+
+/// Zeros to write and sync past the active segment's prepared end (`Segments::preparation`).
+/// Written without the log's lock, so readers do not wait for it (about 2 ms for a stretch
+/// here): only the commit thread appends, rolls or prepares, so nothing moves the segment
+/// meanwhile, and readers never read past its frames.
+pub(super) struct Preparation {
+    file: Arc<File>,
+    segment: u32,
+    from: u64,
+    to: u64,
+}
+
+impl Preparation {
+    pub fn write(&self) -> std::io::Result<()> {
+        let zeros = vec![0; (self.to - self.from) as usize];
+        self.file.write_all_at(&zeros, self.from)?;
+        self.file.sync_data()
+    }
 }
