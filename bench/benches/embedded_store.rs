@@ -103,6 +103,15 @@ fn delivery_life(c: &mut Criterion) {
     one_event_life_leased_at_ingest(c);
 }
 
+/// A batch of one event matching `sub`, with its job's id and the event's receipt time.
+fn one_event(next: i64, sub: uuid::Uuid) -> (IngestBatch, u128, i64) {
+    let mut batch = batch(1, next);
+    batch.matches = vec![Matches(vec![sub])];
+    let job = job_id(batch.events[0].id, sub);
+    let now = batch.events[0].received_at_ms;
+    (batch, job, now)
+}
+
 /// A settlement of `job`, delivered at `now`, alone in its step.
 fn delivered_step(job: u128, now: i64) -> DeliveryStep {
     let delivered = Settled::Delivered(AttemptRecord {
@@ -139,11 +148,8 @@ fn one_event_life_leased_at_ingest(c: &mut Criterion) {
     group.bench_function("one_event_leased_at_ingest_its_outcome_riding", |b| {
         b.iter(|| {
             next += 1;
-            let mut batch = batch(1, next);
-            batch.matches = vec![Matches(vec![sub])];
-            let now = batch.events[0].received_at_ms;
+            let (mut batch, job, now) = one_event(next, sub);
             batch.lease_until_ms = Some(now + 120_000);
-            let job = job_id(batch.events[0].id, sub);
             let settle = previous.replace((job, now));
             rt.block_on(async {
                 let settled = async {
@@ -177,10 +183,7 @@ fn one_event_life(c: &mut Criterion, format: EmbeddedFormat, name: &str) {
     group.bench_function("one_event_written_leased_and_settled", |b| {
         b.iter(|| {
             next += 1;
-            let mut batch = batch(1, next);
-            batch.matches = vec![Matches(vec![sub])];
-            let job = job_id(batch.events[0].id, sub);
-            let now = batch.events[0].received_at_ms;
+            let (batch, job, now) = one_event(next, sub);
             rt.block_on(async {
                 store
                     .write_batch(&unit, fence, Arc::new(batch))

@@ -248,11 +248,6 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             metadata_refresh_ms: config.kafka_metadata_refresh_ms,
             session_timeout_ms: config.kafka_session_timeout_ms,
             instance_id: config.kafka_instance_id.clone(),
-            // Ends well inside the stop's grace: the last offset commit (of what did become
-            // durable) must still happen before the process gives up.
-            drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),
-            // The rest but a margin: the process gives up at the grace's end.
-            leave_within: std::time::Duration::from_millis(config.stop_grace_ms / 5),
             security: config.kafka_security.clone(),
             sources: config.kafka_sources.clone(),
         };
@@ -262,8 +257,11 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             stop: stop.clone(),
             shards_done,
             health: kafka_state.unwrap_or_default(),
-            drain: settings.drain,
-            leave_within: settings.leave_within,
+            // Ends well inside the stop's grace: the last offset commit (of what did become
+            // durable) must still happen before the process gives up.
+            drain: std::time::Duration::from_millis(config.stop_grace_ms.saturating_mul(3) / 4),
+            // The rest but a margin: the process gives up at the grace's end.
+            leave_within: std::time::Duration::from_millis(config.stop_grace_ms / 5),
             backpressure: delivery.backpressure.clone(),
             assignment,
         };
@@ -429,7 +427,7 @@ fn start_kafka(
         .context("subscribing to the sources' .dlq topics")?;
     let stop = work.stop.clone();
     // The observer stops at once, so it may take the ingest consumer's whole budget to leave.
-    let dlq_leave_within = settings.drain + settings.leave_within;
+    let dlq_leave_within = work.drain + work.leave_within;
     let consumer_thread =
         std::thread::Builder::new()
             .name("hub-kafka".into())
@@ -443,11 +441,7 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-dlq".into())
             .spawn(move || {
-                if let Err(e) =
-                    dlq::run_dlq_consumer(dlq_consumer, store, handle, stop, dlq_leave_within)
-                {
-                    tracing::error!(error = %e, "dlq observer failed");
-                }
+                dlq::run_dlq_consumer(dlq_consumer, store, handle, stop, dlq_leave_within);
             })?
     };
     Ok(vec![consumer_thread, dlq_thread])

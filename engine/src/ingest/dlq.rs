@@ -48,10 +48,9 @@ pub fn run_dlq_consumer(
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
     leave_within: Duration,
-) -> anyhow::Result<()> {
+) {
     observe_until_stopped(&consumer, store, tokio, stop);
     super::kafka::leave_group(consumer, leave_within, "dlq");
-    Ok(())
 }
 
 fn observe_until_stopped(

@@ -35,11 +35,6 @@ pub struct KafkaSettings {
     /// Static membership (`group.instance.id`): a restarted engine with the same id gets its
     /// partitions back at once instead of after the session timeout.
     pub instance_id: Option<String>,
-    /// How long a stop waits for the shards to make their queued records durable before the last
-    /// offset commit.
-    pub drain: Duration,
-    /// How long a stop waits, after the last offset commit, for the consumer to leave its group.
-    pub leave_within: Duration,
     /// Security protocol, SASL and CA.
     pub security: super::kafka_security::KafkaSecurity,
     /// The sources whose topics (and `.dlq` topics) this engine consumes.

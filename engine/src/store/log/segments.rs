@@ -173,7 +173,6 @@ impl Segments {
         let from = self.prepared.max(self.active_len);
         Some(Preparation {
             file: self.files[&self.active].clone(),
-            segment: self.active,
             from,
             to: (from / PREPARE_BYTES + 1) * PREPARE_BYTES,
         })
@@ -182,9 +181,6 @@ impl Segments {
     /// Records how `preparation` went. Without room (a full disk) the segment is cut back to
     /// its frames and appends go on unprepared, as they would have without this.
     pub fn prepared(&mut self, preparation: &Preparation, written: std::io::Result<()>) {
-        if preparation.segment != self.active {
-            return;
-        }
         match written {
             Ok(()) => self.prepared = self.prepared.max(preparation.to),
             Err(e) => {
@@ -227,7 +223,7 @@ impl Segments {
             for (loc, record) in records {
                 apply(loc, record)?;
             }
-            // Zeros are what `prepare` wrote ahead; anything else is a frame torn by a crash.
+            // Zeros are what a `Preparation` wrote ahead; anything else is a frame torn by a crash.
             let torn = bytes[end as usize..].iter().any(|b| *b != 0);
             if torn {
                 tracing::warn!(
@@ -284,7 +280,6 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 /// meanwhile, and readers never read past its frames.
 pub(super) struct Preparation {
     file: Arc<File>,
-    segment: u32,
     from: u64,
     to: u64,
 }
