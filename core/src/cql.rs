@@ -155,9 +155,17 @@ pub async fn first_row<R>(
 where
     R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
 {
-    session
-        .execute_unpaged(stmt, values)
-        .await
+    first_of(session.execute_unpaged(stmt, values).await)
+}
+
+/// The first row of a single-row read's answer, if any.
+pub fn first_of<R>(
+    answer: Result<scylla::response::query_result::QueryResult, scylla::errors::ExecutionError>,
+) -> Result<Option<R>, String>
+where
+    R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+{
+    answer
         .map_err(|e| e.to_string())?
         .into_rows_result()
         .map_err(|e| e.to_string())?

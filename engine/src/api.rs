@@ -127,6 +127,7 @@ async fn metrics(State(api): State<Arc<ApiState>>) -> String {
     crate::telemetry::Scrape {
         verdicts: api.snapshot(),
         phases: api.store.write_timings(),
+        cql_requests: api.store.cql_requests(),
         outcomes: crate::telemetry::Scrape::outcomes_of(&api.delivery),
         pending: pending.ok().and_then(Result::ok),
         components: api

@@ -67,6 +67,8 @@ pub fn store_failed(stage: FailedStage) {
 pub struct Scrape {
     pub verdicts: VerdictSnapshot,
     pub phases: Vec<crate::store::timings::PhaseTotal>,
+    /// A CQL store's requests by statement (empty for other stores).
+    pub cql_requests: Vec<crate::store::CqlRequests>,
     pub outcomes: Vec<(&'static str, u64)>,
     pub pending: Option<u64>,
     pub components: Vec<(&'static str, bool)>,
@@ -159,6 +161,7 @@ impl Collector for Scrape {
             let help = "Batch writes that went through each phase";
             counters(e, ("store_write_phase", help, "phase"), counts)?;
         }
+        self.encode_cql_requests(e)?;
         let outcomes = self.outcomes.iter().copied();
         counters(
             e,
@@ -193,6 +196,28 @@ impl Collector for Scrape {
 }
 
 impl Scrape {
+    /// A CQL store's requests and Paxos rounds by statement.
+    fn encode_cql_requests(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if self.cql_requests.is_empty() {
+            return Ok(());
+        }
+        let help = "CQL requests the store sent, per statement (verb and table)";
+        let mut requests =
+            e.encode_descriptor("store_cql_requests", help, None, MetricType::Counter)?;
+        for r in &self.cql_requests {
+            let labels = [("statement", r.statement.as_str())];
+            ConstCounter::new(r.requests).encode(requests.encode_family(&labels)?)?;
+        }
+        let help = "CQL requests that were Paxos rounds (conditional writes, serial reads)";
+        let mut paxos =
+            e.encode_descriptor("store_cql_paxos_rounds", help, None, MetricType::Counter)?;
+        for r in self.cql_requests.iter().filter(|r| r.paxos > 0) {
+            let labels = [("statement", r.statement.as_str())];
+            ConstCounter::new(r.paxos).encode(paxos.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
     /// The operator view of `/admin/ownership` as gauges (issue 18).
     fn encode_lanes(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if let Some(changes) = self.assignment_changes {
@@ -606,6 +631,11 @@ mod tests {
                 count: 2,
                 nanos: 500,
             }],
+            cql_requests: vec![crate::store::CqlRequests {
+                statement: "update units if".into(),
+                requests: 9,
+                paxos: 9,
+            }],
             outcomes: vec![("delivered", 7)],
             pending: Some(4),
             components: vec![("store", true), ("kafka", false)],
@@ -630,6 +660,8 @@ mod tests {
             "streaming_hub_ingest_verdicts_total{verdict=\"deduplicated\"} 3",
             "streaming_hub_store_write_phase_nanoseconds_total{phase=\"append\"} 500",
             "streaming_hub_store_write_phase_total{phase=\"append\"} 2",
+            "streaming_hub_store_cql_requests_total{statement=\"update units if\"} 9",
+            "streaming_hub_store_cql_paxos_rounds_total{statement=\"update units if\"} 9",
             "streaming_hub_delivery_outcomes_total{outcome=\"delivered\"} 7",
             "streaming_hub_delivery_pending_jobs 4",
             "streaming_hub_component_up{component=\"store\"} 1",

@@ -65,6 +65,8 @@ pub struct HubFigures {
     pub engines: Vec<crate::hub::EngineFigures>,
     pub counters: BTreeMap<String, u64>,
     pub store_phases: Vec<PhaseShare>,
+    /// A CQL store's requests by statement (empty on the embedded store).
+    pub cql_requests: Vec<crate::cql_requests::StatementShare>,
 }
 
 /// The hub's CPU while the steady rate was produced, and the valid events produced meanwhile.
@@ -483,6 +485,10 @@ impl Report {
             "\nPhases of one partition batch run one after another; batches of different partitions \
              (and shards) overlap, so totals can exceed the wall time.\n"
         );
+        md.push_str(&crate::cql_requests::section(
+            &self.hub.cql_requests,
+            &self.hub.counters,
+        ));
         let _ = writeln!(
             md,
             "## Produced\n\n| valid | duplicates | malformed | system | total |\n|---|---|---|---|---|\n| {} | {} | {} | {} | {} |",

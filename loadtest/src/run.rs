@@ -759,6 +759,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             paced_cpu,
             engines,
             store_phases: phases(&counters),
+            cql_requests: crate::cql_requests::shares(&counters),
             counters,
         },
         delivery,

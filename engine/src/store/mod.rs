@@ -93,6 +93,16 @@ impl Default for Retention {
     }
 }
 
+/// The requests of one statement a CQL store sent: each one request, and how many of them were
+/// Paxos rounds (conditional writes and serial reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CqlRequests {
+    /// The statement's verb and table (`insert jobs`, `update units if`, `batch insert log if`).
+    pub statement: String,
+    pub requests: u64,
+    pub paxos: u64,
+}
+
 /// What one `Store::expire` call removed, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Expired {
@@ -297,6 +307,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Time spent per phase of `write_batch` since start (for `/metrics` and the load test).
     fn write_timings(&self) -> Vec<timings::PhaseTotal> {
+        Vec::new()
+    }
+
+    /// The requests a CQL store sent since start, by statement (for `/metrics` and the load
+    /// test's statements and Paxos rounds per delivered event). Empty for other stores.
+    fn cql_requests(&self) -> Vec<CqlRequests> {
         Vec::new()
     }
 

@@ -431,3 +431,52 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
         "an unfinished claim is finished by its own replay, refused to others",
     );
 }
+
+/// R-OP-3 (issue 17): the CQL store counts what it sends, by statement, and tells the Paxos
+/// rounds (its conditional writes and serial reads) from plain requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_op_3_cql_store_counts_its_requests_and_paxos_rounds_by_statement() {
+    require("cassandra", CQL);
+    let store = CqlStore::connect(settings()).await.expect("connect");
+    assert!(store.cql_requests().is_empty(), "nothing sent yet");
+    let ns = unique("cqlcount");
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    // Two events of one tenant and hour: their dedup claims go as one conditional batch.
+    let tenant = format!("{ns}-t");
+    let batch = Arc::new(IngestBatch {
+        events: vec![event(&tenant, "x.created"), event(&tenant, "x.created")],
+        quarantined: vec![],
+        next_offset: Some(2),
+        ..Default::default()
+    });
+    store.write_batch(&unit, fence, batch).await.expect("write");
+    store.pending_jobs().await.expect("pending");
+
+    let sent = store.cql_requests();
+    let of = |statement: &str| {
+        sent.iter()
+            .find(|r| r.statement == statement)
+            .unwrap_or_else(|| panic!("{statement} in {sent:?}"))
+    };
+    let advance = of("update units if");
+    assert!(advance.requests >= 1, "{sent:?}");
+    assert_eq!(
+        advance.paxos, advance.requests,
+        "a conditional write is a Paxos round"
+    );
+    let count = of("select job_counts");
+    assert_eq!((count.requests, count.paxos), (1, 0), "a plain read is not");
+    let claims = sent
+        .iter()
+        .find(|r| r.statement.starts_with("batch insert dedup"))
+        .unwrap_or_else(|| panic!("the dedup claims' batch in {sent:?}"));
+    assert_eq!(
+        claims.paxos, claims.requests,
+        "a conditional batch is one round"
+    );
+    assert!(
+        sent.iter().all(|r| r.paxos <= r.requests && r.requests > 0),
+        "{sent:?}"
+    );
+}

@@ -20,6 +20,7 @@
 //! durable (R-IN-7).
 
 mod claim;
+mod counted;
 mod forensics;
 mod job_statements;
 mod jobs;
@@ -39,7 +40,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use scylla::client::session::Session;
 use uuid::Uuid;
 
 use super::timings::{PhaseTimings, PhaseTotal};
@@ -93,7 +93,8 @@ impl Default for CqlSettings {
 
 /// The CQL store. Cheap to share behind an `Arc`.
 pub struct CqlStore {
-    session: Session,
+    /// Every request goes through it, counted by statement.
+    session: counted::Counted,
     st: Statements,
     jt: JobStatements,
     pt: pull::PullStatements,
@@ -196,7 +197,7 @@ impl CqlStore {
         let pt = pull::PullStatements::prepare_all(&session).await?;
         let rt = relay::RelayStatements::prepare_all(&session).await?;
         Ok(Self {
-            session,
+            session: counted::Counted::new(session),
             st,
             jt,
             pt,
@@ -223,8 +224,7 @@ impl CqlStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
-        hub_core::cql::first_row(&self.session, stmt, values)
-            .await
+        hub_core::cql::first_of(self.session.execute_unpaged(stmt, values).await)
             .map_err(StoreError::Unavailable)
     }
 
@@ -536,5 +536,9 @@ impl Store for CqlStore {
 
     fn write_timings(&self) -> Vec<PhaseTotal> {
         self.timings.snapshot()
+    }
+
+    fn cql_requests(&self) -> Vec<super::CqlRequests> {
+        self.session.requests()
     }
 }
