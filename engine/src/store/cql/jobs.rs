@@ -149,9 +149,11 @@ impl Known {
 
 /// The partition a statement writes: statements of one partition may share a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part<'a> {
+pub(super) enum Part<'a> {
     Job(u128),
     Queue(Lane, &'a str, Uuid),
+    /// A dedup partition: (tenant, UUIDv7 hour).
+    Dedup(&'a str, i64),
 }
 
 /// What one delivery step writes, in the order that keeps every job findable.
@@ -382,7 +384,7 @@ impl CqlStore {
     /// partitions: that saves the client requests but makes the coordinator fan out, and the
     /// server warns of every one (Cassandra past 10 partitions; the driver echoes each warning
     /// into the log).
-    async fn in_batches<'a>(
+    pub(super) async fn in_batches<'a>(
         &self,
         statements: Vec<(Part<'a>, &PreparedStatement, BoxedRow<'a>)>,
     ) -> Result<(), StoreError> {
@@ -504,6 +506,12 @@ impl CqlStore {
         seq: u64,
         id: Uuid,
     ) -> Result<Option<StoredEvent>, StoreError> {
+        if let Some(encoded) = self.recent.get(tenant, seq, id) {
+            return Ok(Some(StoredEvent {
+                seq,
+                event: decode(&encoded)?,
+            }));
+        }
         let key = (tenant, as_i64(self.bucket_of(seq))?, as_i64(seq)?);
         let row: Option<(Option<Uuid>, Option<Vec<u8>>)> =
             self.first_row(&self.jt.log_event_at, key).await?;

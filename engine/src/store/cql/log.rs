@@ -16,6 +16,7 @@ use scylla::statement::{Consistency, SerialConsistency};
 use uuid::Uuid;
 
 use super::claim::id_bucket;
+use super::jobs::Part;
 use super::lwt::lwt;
 use super::{as_i64, unavailable, CqlStore};
 use crate::store::codec::{decode, encode};
@@ -94,32 +95,30 @@ impl CqlStore {
     }
 
     /// Moves claims to the seqs they are about to take, durably, before the append: a crash after
-    /// the append leaves each claim naming where its event is.
+    /// the append leaves each claim naming where its event is. The moves of one dedup partition
+    /// go as one batch (a wrong guess moves every claim after it).
     async fn retarget_claims(
         &self,
         pending: &mut [Pending<'_>],
         first_seq: u64,
     ) -> Result<(), StoreError> {
         let ttl = Self::ttl(self.settings.dedup_ttl_s);
-        let moves = pending
-            .iter_mut()
-            .enumerate()
-            .filter(|(k, p)| p.intent != first_seq + *k as u64)
-            .map(|(k, p)| {
-                p.intent = first_seq + k as u64;
-                let (tenant, id, seq) = (&p.event.tenant, p.event.id, p.intent);
-                async move {
-                    self.session
-                        .execute_unpaged(
-                            &self.st.set_intent,
-                            (ttl, as_i64(seq)?, tenant, id_bucket(&id), id),
-                        )
-                        .await
-                        .map_err(unavailable)
-                }
-            });
-        futures::future::try_join_all(moves).await?;
-        Ok(())
+        let mut moves = Vec::new();
+        for (k, p) in pending.iter_mut().enumerate() {
+            let seq = first_seq + k as u64;
+            if p.intent == seq {
+                continue;
+            }
+            p.intent = seq;
+            let (tenant, id) = (p.event.tenant.as_str(), p.event.id);
+            let row: BoxedRow<'_> = Box::new((ttl, as_i64(seq)?, tenant, id_bucket(&id), id));
+            moves.push((
+                Part::Dedup(tenant, id_bucket(&id)),
+                &self.st.set_intent,
+                row,
+            ));
+        }
+        self.in_batches(moves).await
     }
 
     /// Appends one tenant's events in order; returns each with its seq.
@@ -177,7 +176,9 @@ impl CqlStore {
                 .map_err(unavailable)?)?;
             if answer.applied {
                 for (k, p) in pending[i..end].iter().enumerate() {
-                    out.push((tenant, p.event.id, head + 1 + k as u64));
+                    let seq = head + 1 + k as u64;
+                    self.recent.keep(tenant, seq, p.event.id, &blobs[i + k]);
+                    out.push((tenant, p.event.id, seq));
                 }
                 if expected.is_none() && bucket > 0 {
                     self.session

@@ -31,6 +31,7 @@ mod outcomes;
 mod ownership;
 mod paging;
 mod pull;
+mod recent;
 pub mod relay;
 mod statements;
 
@@ -73,6 +74,9 @@ pub struct CqlSettings {
     pub bucket_size: u64,
     /// Most event bytes in one conditional append (ScyllaDB warns above 128 KiB per batch).
     pub append_bytes: usize,
+    /// Encoded bytes of the events appended last kept in memory, so leasing their jobs reads
+    /// nothing back (see `recent.rs`).
+    pub recent_events_bytes: usize,
 }
 
 impl Default for CqlSettings {
@@ -87,6 +91,7 @@ impl Default for CqlSettings {
             forensics_ttl_s: 30 * 86_400,
             bucket_size: 16_384,
             append_bytes: 96 * 1024,
+            recent_events_bytes: 16 << 20,
         }
     }
 }
@@ -107,6 +112,8 @@ pub struct CqlStore {
     /// Statistics rows of held lanes, written at most once a second (see `outcomes.rs`).
     stats_rows: outcomes::StatsRows,
     paging: paging::PagingState,
+    /// The events appended last, encoded (see `recent.rs`).
+    recent: recent::RecentEvents,
     /// Last known head per tenant: a guess that saves a read; a wrong guess costs one failed
     /// condition, never correctness.
     heads: Mutex<HashMap<String, u64>>,
@@ -197,6 +204,7 @@ impl CqlStore {
         let pt = pull::PullStatements::prepare_all(&session).await?;
         let rt = relay::RelayStatements::prepare_all(&session).await?;
         Ok(Self {
+            recent: recent::RecentEvents::new(settings.recent_events_bytes),
             session: counted::Counted::new(session),
             st,
             jt,
