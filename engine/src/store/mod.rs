@@ -316,6 +316,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// The caller's next `due_jobs` of these lanes must read every queue: jobs were left to the
+    /// store that a store keeping queues it knows to be quiet could not know of (ingest could
+    /// not hand them over, or the lane could not take them). In memory, cheap; callable from a
+    /// shard. A store that reads every queue on every page has nothing to do.
+    fn wake_pages(&self, _lanes: &[Lane]) {}
+
     /// Whether `claim_unit`, `write_batch` and `delivery_step` may be awaited on any executor (a
     /// shard included): they only queue their write for another thread and await its answer,
     /// never blocking the caller's thread nor needing tokio. The shards then call them directly,

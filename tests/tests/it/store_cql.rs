@@ -480,3 +480,62 @@ async fn r_op_3_cql_store_counts_its_requests_and_paxos_rounds_by_statement() {
         "{sent:?}"
     );
 }
+
+/// Requests of one statement the store sent so far.
+fn sent(store: &CqlStore, statement: &str) -> u64 {
+    store
+        .cql_requests()
+        .iter()
+        .find(|r| r.statement == statement)
+        .map_or(0, |r| r.requests)
+}
+
+/// R-DI-1 (issue 17: cost that follows work): a queue whose page found nothing to start is not
+/// read again until something may be due — a wake of its lane, our lease running out, or the
+/// bound on quiet — and then its job is found as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_cql_a_quiet_queue_is_read_again_only_when_something_may_be_due() {
+    let (store, ns, lane) = jobs_store("cqlquiet").await;
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
+    let ev = event(&format!("{ns}-t"), "x.created");
+    let now = ev.received_at_ms;
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    let batch = Arc::new(IngestBatch {
+        events: vec![ev.clone()],
+        matches: vec![Matches(vec![uuid::Uuid::now_v7()])],
+        lane,
+        next_offset: Some(1),
+        ..Default::default()
+    });
+    store.write_batch(&unit, fence, batch).await.expect("write");
+    let jobs = due_of(&store, lane, now).await;
+    assert_eq!(jobs.len(), 1);
+    let step = DeliveryStep {
+        settle: vec![],
+        start: vec![jobs[0].id],
+        lease_until_ms: now + 60_000,
+        now_ms: now,
+        recovery_limit: 5,
+    };
+    store.delivery_step(step).await.expect("lease");
+
+    let reads = || sent(&store, "select job_due");
+    let before = reads();
+    assert!(due_of(&store, lane, now + 1).await.is_empty(), "leased");
+    assert_eq!(
+        reads(),
+        before + 1,
+        "read once: nothing to start, the queue is quiet"
+    );
+    assert!(due_of(&store, lane, now + 2).await.is_empty());
+    assert_eq!(reads(), before + 1, "quiet: not read");
+    store.wake_pages(&[lane]);
+    assert!(due_of(&store, lane, now + 3).await.is_empty());
+    assert_eq!(reads(), before + 2, "a wake of its lane reads it");
+    assert!(due_of(&store, lane, now + 2_000).await.is_empty());
+    assert_eq!(reads(), before + 2, "quiet again");
+    assert!(due_of(&store, lane, now + 2_010).await.is_empty());
+    assert_eq!(reads(), before + 3, "read again past the bound on quiet");
+    let lapsed = due_of(&store, lane, now + 60_000).await;
+    assert_eq!(lapsed.len(), 1, "due again once our lease ran out");
+}

@@ -321,8 +321,11 @@ impl DeliveryLane {
                 }
                 Woke::Attempt(Some(d)) => self.finished(&mut lane, d),
                 Woke::Attempt(None) => {}
-                Woke::Handed(jobs) => fetch |= !self.take_handed(&mut lane, jobs),
-                Woke::Nudge => fetch = true,
+                Woke::Handed(jobs) => fetch |= self.take_or_wake(&mut lane, jobs),
+                Woke::Nudge => {
+                    self.store.wake_pages(&lane.lanes);
+                    fetch = true;
+                }
                 // The linger's end needs nothing here: the next round writes the outcomes.
                 Woke::Timer => {}
             }
@@ -331,7 +334,7 @@ impl DeliveryLane {
                 self.follow_ownership(&mut lane).await;
             }
             while let Ok(jobs) = self.handoff.try_recv() {
-                fetch |= !self.take_handed(&mut lane, jobs);
+                fetch |= self.take_or_wake(&mut lane, jobs);
             }
             // Collect every other attempt already finished, to settle them in one step; leased
             // jobs waiting in `ready` take the freed workers at once, without a store round trip.

@@ -92,10 +92,20 @@ impl DeliveryLane {
         Ok(full)
     }
 
+    /// Takes jobs ingest handed over; true when some were left to the store, whose next page
+    /// of the lane must then read every queue.
+    pub(super) fn take_or_wake(&self, lane: &mut LaneState, handed: Handoff) -> bool {
+        let left = !self.take_handed(lane, handed);
+        if left {
+            self.store.wake_pages(&lane.lanes);
+        }
+        left
+    }
+
     /// Holds jobs ingest handed over (or readies the ones it leased); false when some were left
     /// to the store (no room, or their destination's share of held memory is full), so a page
     /// must fetch them later.
-    pub(super) fn take_handed(&self, lane: &mut LaneState, handed: Handoff) -> bool {
+    fn take_handed(&self, lane: &mut LaneState, handed: Handoff) -> bool {
         let jobs = match handed {
             Handoff::Due(jobs) => jobs,
             Handoff::Leased(started) => {

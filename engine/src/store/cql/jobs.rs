@@ -293,7 +293,7 @@ impl CqlStore {
         tenant: &str,
         sub: Uuid,
     ) -> Result<(), StoreError> {
-        self.paging.lane_touched(lane);
+        self.paging.queue_touched(lane, tenant, sub);
         self.session
             .execute_unpaged(
                 &self.jt.queue_touch,
@@ -344,6 +344,8 @@ impl CqlStore {
     /// Writes a job's due row at `row_due_ms`.
     pub(super) async fn put_due(&self, job: &StoredJob) -> Result<(), StoreError> {
         let r = &job.record;
+        self.paging
+            .due_written(r.lane, &r.tenant, r.subscription, job.row_due_ms);
         self.session
             .execute_unpaged(
                 &self.jt.due_put,
@@ -447,6 +449,7 @@ impl CqlStore {
                     let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key));
                     (part, &self.jt.due_delete, row)
                 } else {
+                    self.paging.due_written(r.lane, tenant, sub, due);
                     let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key, now));
                     (part, &self.jt.due_put, row)
                 }

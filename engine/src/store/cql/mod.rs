@@ -546,6 +546,10 @@ impl Store for CqlStore {
         self.timings.snapshot()
     }
 
+    fn wake_pages(&self, lanes: &[super::Lane]) {
+        self.paging.wake(lanes);
+    }
+
     fn cql_requests(&self) -> Vec<super::CqlRequests> {
         self.session.requests()
     }

@@ -10,6 +10,14 @@
 //! those, or leased them: their rows stay in place), until a page comes back short — the queue's
 //! tail — and the next starts from the floor again. So a long backlog is read once per pass, not
 //! once per page.
+//!
+//! Cost that follows work (issue 17): a queue whose page reached its tail and found nothing to
+//! return is **quiet** — not read again until the earliest of: a due row this process writes to
+//! it comes due (a retry, a replay), a lease of ours on one of its jobs runs out, the lane is
+//! woken (`wake_pages`: the lane was handed jobs it could not take, or ingest could not hand them
+//! over), or `QUIET_AT_MOST_MS` passes (what another process wrote; a job the lane let go of).
+//! Jobs ingest hands over reach the lane without a page. A lane's queue list is likewise read
+//! again only every `LIST_EVERY_MS`, or when this process creates a queue it did not list.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -35,6 +43,10 @@ const QUEUES_AT_ONCE: usize = 16;
 const SKIP_ROOM: usize = 256;
 /// How often a lane with no queues is listed again.
 const EMPTY_LANE_EVERY_MS: i64 = 500;
+/// How often a lane's queue list is read again when this process created no queue in it.
+const LIST_EVERY_MS: i64 = 2_000;
+/// The longest a quiet queue goes unread.
+const QUIET_AT_MOST_MS: i64 = 2_000;
 
 /// Where a queue's next page starts.
 #[derive(Debug, Clone)]
@@ -43,26 +55,118 @@ struct Floor {
     full_scan_at_ms: i64,
     /// The last row the previous page read, when it was not the queue's tail.
     after: Option<(i64, Vec<u8>)>,
+    /// While `now` is before this, nothing of the queue is due that this process does not know
+    /// of; `i64::MIN` when not quiet.
+    quiet_until_ms: i64,
+    /// The earliest due time of a row this process wrote to the queue that no page has read
+    /// since it came due (`i64::MAX`: none): a quiet queue is read again by then.
+    wake_at_ms: i64,
+    /// The lane's wake count when the page that found the queue quiet began.
+    lane_wakes: u64,
+    /// Due rows this process wrote to the queue, counted: a page that read while one was
+    /// written keeps its wake.
+    writes: u64,
+}
+
+impl Floor {
+    /// A queue to read from its start at its next page.
+    fn unread() -> Self {
+        Self {
+            from_ms: i64::MIN,
+            full_scan_at_ms: i64::MIN,
+            after: None,
+            quiet_until_ms: i64::MIN,
+            wake_at_ms: i64::MAX,
+            lane_wakes: 0,
+            writes: 0,
+        }
+    }
 }
 
 /// Rows read past `want` when going on after a cursor (a few may be held by the lane).
 const CURSOR_SLACK: usize = 16;
 
-/// Paging state of this process (floors per queue, lanes last seen empty).
+/// Paging state of this process (floors per queue, lanes' queue lists, lanes' wakes).
 #[derive(Debug, Default)]
 pub(super) struct PagingState {
     floors: Mutex<HashMap<(Lane, String, Uuid), Floor>>,
-    empty_lanes: Mutex<HashMap<Lane, i64>>,
+    lists: Mutex<HashMap<Lane, Listed>>,
+    wakes: Mutex<HashMap<Lane, u64>>,
+}
+
+/// A lane's queues as last listed: (tenant, subscription, write time of `touched` in µs).
+#[derive(Debug, Clone)]
+struct Listed {
+    at_ms: i64,
+    queues: Vec<(String, Uuid, Option<i64>)>,
 }
 
 type Queue = (Lane, String, Uuid, Option<i64>);
 
 impl PagingState {
-    /// A job was just created in `lane` by this process: list it at the next page.
-    pub fn lane_touched(&self, lane: Lane) {
-        if let Ok(mut e) = self.empty_lanes.lock() {
-            e.remove(&lane);
+    /// A job was just written to a queue of `lane` by this process: list the lane again at the
+    /// next page unless the queue is listed already.
+    pub fn queue_touched(&self, lane: Lane, tenant: &str, sub: Uuid) {
+        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        let listed = lists
+            .get(&lane)
+            .is_some_and(|l| l.queues.iter().any(|(t, s, _)| t == tenant && *s == sub));
+        if !listed {
+            lists.remove(&lane);
         }
+    }
+
+    /// This process wrote a due row at `due_ms` to a queue: a quiet queue wakes by then.
+    pub fn due_written(&self, lane: Lane, tenant: &str, sub: Uuid, due_ms: i64) {
+        let mut floors = self.floors.lock().unwrap_or_else(|p| p.into_inner());
+        // A queue never paged gets a floor that pages it from its start, so that a first page
+        // reading meanwhile sees the write.
+        let f = floors
+            .entry((lane, tenant.to_owned(), sub))
+            .or_insert_with(Floor::unread);
+        f.wake_at_ms = f.wake_at_ms.min(due_ms);
+        f.writes += 1;
+    }
+
+    /// The next page of these lanes reads every queue.
+    pub fn wake(&self, lanes: &[Lane]) {
+        let mut wakes = self.wakes.lock().unwrap_or_else(|p| p.into_inner());
+        for lane in lanes {
+            *wakes.entry(*lane).or_default() += 1;
+        }
+    }
+
+    fn wakes_of(&self, lane: Lane) -> u64 {
+        let wakes = self.wakes.lock().unwrap_or_else(|p| p.into_inner());
+        wakes.get(&lane).copied().unwrap_or(0)
+    }
+
+    /// The lane's queues as listed within their time, if any.
+    fn listed(&self, lane: Lane, clock: i64) -> Option<Vec<(String, Uuid, Option<i64>)>> {
+        let lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        let l = lists.get(&lane)?;
+        let every = if l.queues.is_empty() {
+            EMPTY_LANE_EVERY_MS
+        } else {
+            LIST_EVERY_MS
+        };
+        (clock - l.at_ms < every).then(|| l.queues.clone())
+    }
+
+    fn list(&self, lane: Lane, clock: i64, queues: Vec<(String, Uuid, Option<i64>)>) {
+        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        lists.insert(
+            lane,
+            Listed {
+                at_ms: clock,
+                queues,
+            },
+        );
+    }
+
+    fn forget_list(&self, lane: Lane) {
+        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        lists.remove(&lane);
     }
 }
 
@@ -82,24 +186,11 @@ impl CqlStore {
         let held = self.hold_lanes(lanes, clock).await?;
         let mut queues: Vec<Queue> = Vec::new();
         let listed = all(held.iter().map(|&lane| async move {
-            let recently_empty = self
-                .paging
-                .empty_lanes
-                .lock()
-                .ok()
-                .and_then(|e| e.get(&lane).copied())
-                .is_some_and(|at| clock - at < EMPTY_LANE_EVERY_MS);
-            if recently_empty {
-                return Ok((lane, Vec::new()));
+            if let Some(queues) = self.paging.listed(lane, clock) {
+                return Ok((lane, queues));
             }
             let found = self.lane_queues(lane).await?;
-            if let Ok(mut e) = self.paging.empty_lanes.lock() {
-                if found.is_empty() {
-                    e.insert(lane, clock);
-                } else {
-                    e.remove(&lane);
-                }
-            }
+            self.paging.list(lane, clock, found.clone());
             Ok::<_, StoreError>((lane, found))
         }))
         .await?;
@@ -153,9 +244,16 @@ impl CqlStore {
             .lock()
             .ok()
             .and_then(|f| f.get(&key).cloned());
-        let full = floor
-            .as_ref()
-            .is_none_or(|f| clock - f.full_scan_at_ms >= FULL_SCAN_EVERY_MS || f.from_ms > now);
+        let full = floor.as_ref().is_none_or(|f| {
+            clock.saturating_sub(f.full_scan_at_ms) >= FULL_SCAN_EVERY_MS || f.from_ms > now
+        });
+        let lane_wakes = self.paging.wakes_of(*lane);
+        let quiet = floor.as_ref().is_some_and(|f| {
+            now < f.quiet_until_ms.min(f.wake_at_ms) && f.lane_wakes == lane_wakes
+        });
+        if quiet && !full {
+            return Ok(Vec::new());
+        }
         let (from, after) = match &floor {
             Some(f) if !full => (f.from_ms, f.after.clone()),
             _ => (i64::MIN, None),
@@ -189,6 +287,7 @@ impl CqlStore {
             .collect::<Result<_, _>>()
             .map_err(unavailable)?;
 
+        let tail = rows.len() < read;
         let next = Floor {
             from_ms: match (&after, rows.first()) {
                 (Some(_), _) => from,
@@ -199,14 +298,16 @@ impl CqlStore {
                 Some(f) if !full => f.full_scan_at_ms,
                 _ => clock,
             },
-            after: (rows.len() == read)
+            after: (!tail)
                 .then(|| rows.last().map(|(due, id, _)| (*due, id.clone())))
                 .flatten(),
+            quiet_until_ms: i64::MIN,
+            wake_at_ms: i64::MAX,
+            lane_wakes,
+            writes: floor.as_ref().map_or(0, |f| f.writes),
         };
-        if let Ok(mut f) = self.paging.floors.lock() {
-            f.insert(key.clone(), next);
-        }
         if rows.is_empty() {
+            self.keep_floor(&key, next, now, tail.then_some(now + QUIET_AT_MOST_MS));
             if full && after.is_none() {
                 self.drop_if_empty(*lane, tenant, *sub, *touched_us).await?;
             }
@@ -227,12 +328,16 @@ impl CqlStore {
         let me = self.holds.owner;
         let mut out = Vec::with_capacity(loaded.len());
         let mut stale = Vec::new();
+        // Quiet at most until the first lease of ours on the page runs out.
+        let mut quiet_until = now + QUIET_AT_MOST_MS;
         for (due, id, written, job) in loaded {
             match job {
                 // Leased by this process and the lease runs: not due. A lease of another process
                 // (an earlier holder of the lane) counts for nothing: due now.
                 Some(job) if job.row_due_ms == due => {
-                    if !job.leased_by(me, now) {
+                    if job.leased_by(me, now) {
+                        quiet_until = quiet_until.min(job.record.due_at_ms);
+                    } else {
                         out.push(job.record.clone());
                     }
                     self.known.put(job);
@@ -245,12 +350,38 @@ impl CqlStore {
                 Some(_) => {} // a move under way: the job is paged at its new row
             }
         }
+        // Rows skipped because the lane holds their jobs count as quiet too: the lane leases
+        // them, or lets them go and a page within `QUIET_AT_MOST_MS` finds them again.
+        let quiet = tail && out.is_empty() && stale.is_empty();
+        self.keep_floor(&key, next, now, quiet.then_some(quiet_until));
         all(stale
             .iter()
             .map(|&(due, id)| self.delete_due(*lane, tenant, *sub, due, id)))
         .await?;
         out.sort_by_key(|j| (j.due_at_ms, j.id));
         Ok(out)
+    }
+
+    /// Keeps a queue's floor after a page that read what was due at `now`, quiet until
+    /// `quiet_until` when given. A wake for a row this process wrote stays unless the page read
+    /// after that row came due.
+    fn keep_floor(
+        &self,
+        key: &(Lane, String, Uuid),
+        mut next: Floor,
+        now: i64,
+        quiet_until: Option<i64>,
+    ) {
+        let mut floors = self.paging.floors.lock().unwrap_or_else(|p| p.into_inner());
+        next.quiet_until_ms = quiet_until.unwrap_or(i64::MIN);
+        if let Some(kept) = floors.get(key) {
+            let written_meanwhile = kept.writes != next.writes;
+            if written_meanwhile || kept.wake_at_ms > now {
+                next.wake_at_ms = kept.wake_at_ms;
+            }
+            next.writes = kept.writes;
+        }
+        floors.insert(key.clone(), next);
     }
 
     /// Deletes a queue with no jobs at all — only the version of it that was read (`USING
@@ -279,6 +410,7 @@ impl CqlStore {
         if let Ok(mut f) = self.paging.floors.lock() {
             f.remove(&(lane, tenant.to_owned(), sub));
         }
+        self.paging.forget_list(lane);
         Ok(())
     }
 }
