@@ -124,7 +124,14 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         Duration::from_millis(config.retention_pass_ms),
         stop.clone(),
     ));
-    let delivery = Delivery::start(&config, &control_service, shards, &tokio, stop.clone())?;
+    let delivery = Delivery::start(
+        &config,
+        &control_service,
+        shards,
+        &store,
+        &tokio,
+        stop.clone(),
+    )?;
     delivery.watch_backpressure(&store, &tokio);
     delivery.survey_strays(&store, &tokio);
     let reporter = crate::delivery::ownership_report::Reporter {

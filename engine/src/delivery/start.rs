@@ -14,7 +14,7 @@ use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
-use crate::ingest::jobs::{FreshLeases, Handoff, JobRouting};
+use crate::ingest::jobs::{FreshLeases, HandOver, Handoff, JobRouting};
 use crate::runtime::TokioBridge;
 use crate::store::Store;
 
@@ -49,6 +49,7 @@ impl Delivery {
         config: &HubConfig,
         control: &Arc<Control>,
         shards: usize,
+        store: &Arc<dyn Store>,
         tokio: &tokio::runtime::Runtime,
         stop: Arc<AtomicBool>,
     ) -> anyhow::Result<Self> {
@@ -112,9 +113,10 @@ impl Delivery {
                 ownership: ownership.clone(),
                 wakes: senders,
                 handoffs: handing,
-                // One process holds the embedded store, so the shard that writes a job is the
-                // only one that delivers it; on CQL another engine may hold the lane.
-                in_memory: matches!(config.store, StoreKind::Embedded),
+                hand_over: match config.store {
+                    StoreKind::Embedded => HandOver::Always,
+                    StoreKind::Cql => HandOver::WhileHeld(store.clone()),
+                },
                 fresh,
             }),
             counters,

@@ -15,7 +15,7 @@ use crate::delivery::follow::Subscriptions;
 use crate::delivery::matching::EventFacts;
 use crate::delivery::ownership::Ownership;
 use crate::store::{
-    BatchOutcome, InboxEvent, IngestBatch, JobRecord, Lane, Matches, Started, StoredEvent,
+    BatchOutcome, InboxEvent, IngestBatch, JobRecord, Lane, Matches, Started, Store, StoredEvent,
 };
 
 /// How many batches of due jobs may wait for a lane; past that the lane is nudged instead and
@@ -78,11 +78,31 @@ pub struct JobRouting {
     /// One per shard, beside `wakes`: jobs just written, for lanes that may take them in memory.
     /// Unbounded for `Handoff::Leased`; `Handoff::Due` stops at [`HANDOFF_QUEUE`].
     pub handoffs: Vec<async_channel::Sender<Handoff>>,
-    /// Whether the lane that owns a job is the only one that can deliver it (embedded store).
-    /// On CQL another engine may hold the lane, so jobs are always paged there.
-    pub in_memory: bool,
+    /// When a lane may be handed its jobs in memory.
+    pub hand_over: HandOver,
     /// Which lanes take jobs leased by their batch now.
     pub fresh: Arc<FreshLeases>,
+}
+
+/// When ingest may hand the jobs it wrote to their lane in memory.
+#[derive(Debug, Clone)]
+pub enum HandOver {
+    /// One process holds the store (embedded): the shard that writes a job is the only one that
+    /// delivers it.
+    Always,
+    /// Engines share the store (CQL): while this process holds the job's lane, which a lease
+    /// checks again (a lane lost meanwhile refuses the lease and its next holder pages the
+    /// job); otherwise the lane's holder pages it.
+    WhileHeld(Arc<dyn Store>),
+}
+
+impl HandOver {
+    fn now(&self, lane: Lane) -> bool {
+        match self {
+            Self::Always => true,
+            Self::WhileHeld(store) => store.holds_lane(lane, crate::clock::now_ms()),
+        }
+    }
 }
 
 impl JobRouting {
@@ -110,7 +130,7 @@ impl JobRouting {
         if batch.matches.iter().all(|m| m.0.is_empty()) {
             batch.matches.clear();
         }
-        batch.lease_until_ms = match (self.in_memory, batch.matches.is_empty()) {
+        batch.lease_until_ms = match (self.hand_over.now(lane), batch.matches.is_empty()) {
             (true, false) => self
                 .fresh
                 .lease_for(self.ownership.shard_of(lane), crate::clock::now_ms()),
@@ -124,11 +144,11 @@ impl JobRouting {
         if batch.matches.is_empty() {
             return;
         }
-        if self.in_memory {
+        if self.hand_over.now(batch.lane) {
             let Some(h) = self.handoffs.get(self.ownership.shard_of(batch.lane)) else {
                 return self.wake(batch.lane);
             };
-            let handed = if batch.lease_until_ms.is_some() {
+            let handed = if outcome.jobs_leased {
                 let started = leased_written(batch, outcome);
                 started.is_empty() || h.try_send(Handoff::Leased(started)).is_ok()
             } else {
@@ -190,8 +210,8 @@ fn written<'a>(
         })
         .flat_map(move |(event, matches, seq)| {
             matches.0.iter().map(move |sub| {
-                let job = JobRecord::created(event, seq, *sub, batch.lane)
-                    .leased_until(batch.lease_until_ms);
+                let lease = batch.lease_until_ms.filter(|_| outcome.jobs_leased);
+                let job = JobRecord::created(event, seq, *sub, batch.lane).leased_until(lease);
                 (job, event, seq)
             })
         })
@@ -239,6 +259,7 @@ mod tests {
             ],
             duplicates: vec![("t1".into(), a)],
             quarantined: 0,
+            jobs_leased: false,
         };
         let jobs = jobs_written(&batch, &outcome);
         let got: Vec<_> = jobs
@@ -261,7 +282,7 @@ mod tests {
             )),
             wakes,
             handoffs,
-            in_memory: true,
+            hand_over: HandOver::Always,
             fresh: Arc::new(FreshLeases::new(shards, 60_000)),
         };
         (routing, handed)
@@ -289,6 +310,7 @@ mod tests {
         };
         let outcome = BatchOutcome {
             stored: vec![("t1".into(), a, 4)],
+            jobs_leased: true,
             ..BatchOutcome::default()
         };
         routing.written(&batch, &outcome);
@@ -302,11 +324,13 @@ mod tests {
         );
         assert_eq!((started[0].event.seq, started[0].event.event.id), (4, a));
 
-        let batch = IngestBatch {
-            lease_until_ms: None,
-            ..batch
+        // The store wrote the jobs unleased although the batch asked (CQL: a replay, or a lane
+        // no longer held): they go to the scheduler as they are.
+        let unleased = BatchOutcome {
+            jobs_leased: false,
+            ..outcome
         };
-        routing.written(&batch, &outcome);
+        routing.written(&batch, &unleased);
         let Ok(Handoff::Due(jobs)) = handed[1].try_recv() else {
             panic!("a job not leased goes to its lane's scheduler");
         };

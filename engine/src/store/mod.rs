@@ -334,7 +334,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// lease_until_ms`), their first start counted, so a lane starts them from the hand-off
     /// without a lease step of its own (issue 17: one sync per event, not two). A store says so
     /// only when its leases cannot strand a job: one process holds it and a crash's leases are
-    /// released when it opens. False unless a store says so.
+    /// released when it opens (the log), or a lease counts only for the process that took it
+    /// and the job's row stays where the lane's next holder pages it at once (CQL). It reports
+    /// what it did in `BatchOutcome::jobs_leased`. False unless a store says so.
     fn leases_at_ingest(&self) -> bool {
         false
     }

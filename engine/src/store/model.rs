@@ -166,6 +166,10 @@ pub struct BatchOutcome {
     /// Events already stored (dedup drops, R-IN-6), in batch order.
     pub duplicates: Vec<(String, Uuid)>,
     pub quarantined: usize,
+    /// Whether the store wrote every job of the batch leased as `IngestBatch::lease_until_ms`
+    /// asked (the lane then starts them from the hand-off); false when it asked for none, or
+    /// when the store wrote them unleased instead (a replay, a lane no longer held).
+    pub jobs_leased: bool,
 }
 
 /// Ownership of a durable unit: the writer's generation, written conditionally so a stale owner's

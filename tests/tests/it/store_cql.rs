@@ -539,3 +539,60 @@ async fn r_di_1_cql_a_quiet_queue_is_read_again_only_when_something_may_be_due()
     let lapsed = due_of(&store, lane, now + 60_000).await;
     assert_eq!(lapsed.len(), 1, "due again once our lease ran out");
 }
+
+/// R-DI-8 (issue 17): a batch writes its jobs leased by this process when it holds their lane,
+/// so the lane starts them with no lease step; the lease counts for this process only, and the
+/// job's row stays where another holder pages it at once. Without the lane's hold the jobs are
+/// written unleased, and the outcome says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_8_cql_jobs_written_leased_by_their_batch_count_only_for_their_process() {
+    let (store, ns, lane) = jobs_store("cqlleased").await;
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    let write = |offset: i64, lane: Lane| {
+        let ev = event(&format!("{ns}-t"), "x.created");
+        Arc::new(IngestBatch {
+            events: vec![ev],
+            matches: vec![Matches(vec![uuid::Uuid::now_v7()])],
+            lane,
+            next_offset: Some(offset),
+            lease_until_ms: Some(hub_engine::clock::now_ms() + 60_000),
+            ..Default::default()
+        })
+    };
+    let now = hub_engine::clock::now_ms();
+    assert!(
+        due_of(&store, lane, now).await.is_empty(),
+        "the lane is held"
+    );
+    let batch = write(1, lane);
+    let outcome = store
+        .write_batch(&unit, fence, batch.clone())
+        .await
+        .expect("write");
+    assert!(outcome.jobs_leased, "held lane: written leased");
+    let now = hub_engine::clock::now_ms();
+    assert!(
+        due_of(&store, lane, now).await.is_empty(),
+        "leased by this process: not due here"
+    );
+
+    // Another process taking the lane (after this one died) finds the job due at once.
+    store.release_lanes(vec![lane]).await.expect("let go");
+    let other = CqlStore::connect(settings()).await.expect("connect");
+    let found = due_of(&other, lane, now).await;
+    assert_eq!(found.len(), 1, "another holder pages it at once");
+    assert_eq!(found[0].event_id, batch.events[0].id);
+    assert_eq!(found[0].starts, 1, "the batch's lease counted its start");
+
+    // A lane this process does not hold: written unleased.
+    let unheld = lane + 1;
+    let outcome = store
+        .write_batch(&unit, fence, write(2, unheld))
+        .await
+        .expect("write");
+    assert!(
+        !outcome.jobs_leased,
+        "a lane not held here: written unleased"
+    );
+}

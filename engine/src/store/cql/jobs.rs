@@ -167,14 +167,25 @@ struct Plan {
 }
 
 impl CqlStore {
-    /// Writes the jobs of a batch's appended events (one per matching subscription).
+    /// Writes the jobs of a batch's appended events (one per matching subscription); true when
+    /// it wrote them leased by this process, as the batch asked (`IngestBatch::lease_until_ms`).
+    /// It does so only for first creations in a lane this process holds: a replay writes the
+    /// rows its first attempt wrote, and a lease in a lane held elsewhere counts for nothing.
+    /// The due row stays where an unleased job's would be, as after a lease step: a lane's next
+    /// holder finds the job at once.
     pub(super) async fn create_jobs(
         &self,
         batch: &IngestBatch,
         appended: &[Appended],
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let now = now_ms();
         let first_received = self.first_received(batch, appended, now).await?;
+        let lease = batch.lease_until_ms.filter(|_| {
+            appended
+                .iter()
+                .all(|a| a.first && now - a.claimed_at <= REWRITE_WINDOW_MS)
+                && self.holds.holds(batch.lane, now)
+        });
         let mut jobs = Vec::new();
         for a in appended {
             if now - a.claimed_at > REWRITE_WINDOW_MS {
@@ -195,13 +206,13 @@ impl CqlStore {
             }
         }
         if jobs.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         // Job rows first, then due rows: a due row whose job row is missing is taken for the
         // leftover of a removed job (see `paging.rs`), so it must never be seen first.
         let stored: Vec<(StoredJob, i64)> = jobs
             .iter()
-            .map(|(_, job, ts)| (StoredJob::new(job.clone()), *ts))
+            .map(|(_, job, ts)| (self.created(job, lease), *ts))
             .collect();
         let job_rows = stored
             .iter()
@@ -228,7 +239,7 @@ impl CqlStore {
                     lane_i32(r.lane),
                     r.tenant.as_str(),
                     r.subscription,
-                    r.due_at_ms,
+                    job.row_due_ms,
                     id_key(r.id).to_vec(),
                     *ts / 1000,
                     *ts,
@@ -259,7 +270,22 @@ impl CqlStore {
         // A crash between a first claim and this count leaves those jobs uncounted instead — a
         // gauge a little low after a crash, never one that stays up.
         let created = jobs.iter().filter(|(first, _, _)| *first).count();
-        self.count(batch.lane, created as i64).await
+        self.count(batch.lane, created as i64).await?;
+        Ok(lease.is_some())
+    }
+
+    /// A new job as stored: leased by this process when `lease` says until when, its row where
+    /// the unleased job's is.
+    fn created(&self, job: &JobRecord, lease: Option<i64>) -> StoredJob {
+        let unleased = StoredJob::new(job.clone());
+        match lease {
+            Some(_) => StoredJob {
+                record: job.clone().leased_until(lease),
+                leased_by: Some(self.holds.owner),
+                ..unleased
+            },
+            None => unleased,
+        }
     }
 
     /// For each replayed event with jobs (not appended by this write): when the stored copy was

@@ -450,9 +450,12 @@ impl Store for CqlStore {
             let (outcome, appended) = self.store_events(unit, fenced, &batch.events).await?;
             // R-DI-1: the jobs are durable before the unit's offset moves past their events.
             let started = Instant::now();
-            self.create_jobs(&batch, &appended).await?;
+            let jobs_leased = self.create_jobs(&batch, &appended).await?;
             self.timings.record(JOBS, started);
-            Ok::<_, StoreError>(outcome)
+            Ok::<_, StoreError>(BatchOutcome {
+                jobs_leased,
+                ..outcome
+            })
         };
         let (mut outcome, quarantined) = futures::future::try_join(events, forensics).await?;
         outcome.quarantined = quarantined;
@@ -544,6 +547,13 @@ impl Store for CqlStore {
 
     fn write_timings(&self) -> Vec<PhaseTotal> {
         self.timings.snapshot()
+    }
+
+    /// A lease counts only for the process that took it (`StoredJob::leased_by`), and a job
+    /// created leased keeps its due row where it was: another holder, or this process after a
+    /// restart, pages it at once.
+    fn leases_at_ingest(&self) -> bool {
+        true
     }
 
     fn wake_pages(&self, lanes: &[super::Lane]) {

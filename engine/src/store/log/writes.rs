@@ -87,7 +87,10 @@ pub(super) fn ingest(
     let key = (unit.topic.clone(), unit.partition);
     let (current, _) = tx.state.units.get(&key).copied().unwrap_or((0, -1));
     fence.check(unit, current)?;
-    let mut outcome = BatchOutcome::default();
+    let mut outcome = BatchOutcome {
+        jobs_leased: batch.lease_until_ms.is_some(),
+        ..BatchOutcome::default()
+    };
     for (i, event) in batch.events.iter().enumerate() {
         if tx.state.has_event(&event.tenant, event.id) {
             outcome.duplicates.push((event.tenant.clone(), event.id));
