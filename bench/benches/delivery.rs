@@ -4,8 +4,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hub_core::model::{SinkKind, Subscription, VerificationState};
 use hub_engine::delivery::fairness::{Due, Scheduler};
-use hub_engine::delivery::matching::{EventFacts, MatchIndex};
 use hub_engine::delivery::signature::{headers, SigningKey};
+use hub_engine::matching::{EventFacts, MatchIndex};
 
 const KEYS: [&str; 20] = [
     "loan.approved",

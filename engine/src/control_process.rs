@@ -35,7 +35,7 @@ pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
         let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
         let hub = HubConfig::load(None)?;
         let (control, verifier) = config.build(data_dir).await?;
-        let known = crate::delivery::follow::Subscriptions::default();
+        let known = crate::matching::follow::Subscriptions::default();
         known
             .catch_up(&*control.store)
             .await

@@ -182,7 +182,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
     if let Some(routing) = &delivery.routing {
         let _ = control_service
             .local_index
-            .set(Arc::new(crate::delivery::follow::InProcess {
+            .set(Arc::new(crate::matching::follow::InProcess {
                 subs: routing.subs.clone(),
                 store: control_service.store.clone(),
             }));

@@ -18,6 +18,7 @@ pub mod control_process;
 pub mod delivery;
 pub mod hub;
 pub mod ingest;
+pub mod matching;
 pub mod reader;
 pub mod readiness;
 pub mod runtime;

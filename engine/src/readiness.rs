@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::delivery::follow::Subscriptions;
+use crate::matching::follow::Subscriptions;
 use crate::store::Store;
 
 /// How long the store has to answer a readiness read.

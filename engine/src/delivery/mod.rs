@@ -4,8 +4,6 @@
 //!
 //! - `fairness`: deficit round robin over tenants by weight, half the workers per destination
 //!   (R-DI-2, R-DI-3).
-//! - `matching`: the per-revision index of who wants an event (R-MA-1 … 3); `follow` keeps it
-//!   current from the control plane's revision log.
 //! - `retry`: the backoff curve with full jitter, per-subscription overrides, the eight-attempt
 //!   and 24-hour last-attempt rules (R-DI-6, R-DI-7).
 //! - `breaker`: the circuit breaker per (tenant, destination) with its last-attempt exception
@@ -25,11 +23,9 @@ pub mod backpressure;
 pub mod breaker;
 pub mod decide;
 pub mod fairness;
-pub mod follow;
 pub mod hub_events;
 pub mod lane;
 pub mod marks;
-pub mod matching;
 pub mod ownership;
 pub mod ownership_report;
 pub mod pacing;

@@ -16,7 +16,7 @@
 
 use hub_core::model::Subscription;
 
-use super::matching::{wants, EventFacts};
+use crate::matching::{wants, EventFacts};
 use crate::store::{Store, StoreError, StoredEvent};
 
 /// Most events one read scans (kept or not): a subscription that matches little still answers

@@ -10,11 +10,11 @@ use hub_control::service::Control;
 
 use super::autodisable::Policy;
 use super::backpressure::Backpressure;
-use super::follow::{follow, listen_for_changes, Subscriptions};
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
 use crate::ingest::jobs::{FreshLeases, HandOver, Handoff, JobRouting};
+use crate::matching::follow::{follow, listen_for_changes, Subscriptions};
 use crate::runtime::TokioBridge;
 use crate::store::Store;
 

@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::delivery::follow::Subscriptions;
-use crate::delivery::matching::EventFacts;
 use crate::delivery::ownership::Ownership;
+use crate::matching::follow::Subscriptions;
+use crate::matching::EventFacts;
 use crate::store::{
     BatchOutcome, InboxEvent, IngestBatch, JobRecord, Lane, Matches, Started, Store, StoredEvent,
 };

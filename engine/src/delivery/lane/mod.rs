@@ -36,11 +36,11 @@ use super::autodisable::{Policy, Streak};
 use super::breaker::{Breaker, BreakerConfig};
 use super::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use super::fairness::{weight_of, Due, Scheduler};
-use super::follow::Subscriptions;
 use super::pacing::Pacing;
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
 use crate::ingest::jobs::{FreshLeases, Handoff};
+use crate::matching::follow::Subscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
     DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,

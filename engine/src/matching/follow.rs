@@ -12,7 +12,7 @@ use hub_control::store::{ControlStore, ControlStoreError};
 use hub_core::model::Subscription;
 use uuid::Uuid;
 
-use super::matching::MatchIndex;
+use super::index::MatchIndex;
 
 /// Log entries read per round trip.
 const PAGE: usize = 1000;
@@ -243,7 +243,7 @@ pub async fn listen_for_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::matching::EventFacts;
+    use crate::matching::EventFacts;
     use hub_control::store::conformance::subscription;
     use hub_control::store::embedded::EmbeddedControlStore;
     use hub_core::model::VerificationState;
