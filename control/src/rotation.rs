@@ -10,7 +10,8 @@ use serde_json::json;
 use crate::answer::{Answer, Served};
 use crate::auth::Principal;
 use crate::partners::Operation;
-use crate::service::{write_outcome, Control, Mutation, Outcome};
+use crate::service::{contended, write_outcome, Control, Mutation, Outcome, WRITE_ATTEMPTS};
+use crate::store::ControlStoreError;
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{binding, rfc3339, SinkKind};
 use hub_core::sink::webhook::secrets::SigningSecrets;
@@ -20,50 +21,60 @@ impl Control {
     pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
         self.admit(who, Operation::Rotate)?;
         self.idempotent(who, &m, || async {
-            let current = match self.live(who, id).await {
-                Ok(s) => s,
-                Err(e) => return Outcome::Refused(e),
-            };
-            if current.sink_kind != SinkKind::Webhook {
-                return Outcome::Refused(ApiError::new(
-                    ErrorCode::RotationUnsupported,
-                    format!("a {} subscription has no signing secret", current.sink_kind),
-                ));
+            for _ in 0..WRITE_ATTEMPTS {
+                match self.rotate_once(who, id).await {
+                    Err(ControlStoreError::Conflict) => continue,
+                    Err(e) => return write_outcome(e),
+                    Ok(outcome) => return outcome,
+                }
             }
-            let now = (self.now_ms)();
-            let opened = current
-                .secret
-                .as_ref()
-                .and_then(|sealed| self.keyring.open(sealed, &binding(&current)).ok())
-                .and_then(|plain| SigningSecrets::parse(&plain.0));
-            let Some(secrets) = opened else {
-                return Outcome::Refused(ApiError::internal(
-                    "the signing secret could not be opened",
-                ));
-            };
-            let fresh = match self.keyring.new_signing_secret() {
-                Ok(s) => s,
-                Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
-            };
-            let rotated = secrets.rotated(fresh.0.clone(), now, self.rotation_overlap_ms);
-            let mut next = current.clone();
-            next.secret = match self
-                .keyring
-                .seal(rotated.to_plain().as_bytes(), &binding(&next))
-            {
-                Ok(s) => Some(s),
-                Err(e) => return Outcome::Refused(ApiError::internal(e.to_string())),
-            };
-            next.revision += 1;
-            next.updated_at_ms = now;
-            if let Err(e) = self.write(&next, current.revision).await {
-                return write_outcome(e);
-            }
-            let overlap_until = rotated.previous_until_ms.map(rfc3339);
-            // The one time the new secret leaves the hub (R-SEC-1).
-            let body = json!({"secret": fresh.0, "overlapUntil": overlap_until});
-            Outcome::Written(Answer::ok(body).with_etag(&next))
+            Outcome::Refused(contended())
         })
         .await
+    }
+
+    /// One read and conditional rewrite; `Err` when the write failed.
+    async fn rotate_once(&self, who: &Principal, id: &str) -> Result<Outcome, ControlStoreError> {
+        let current = match self.live(who, id).await {
+            Ok(s) => s,
+            Err(e) => return Ok(Outcome::Refused(e)),
+        };
+        if current.sink_kind != SinkKind::Webhook {
+            return Ok(Outcome::Refused(ApiError::new(
+                ErrorCode::RotationUnsupported,
+                format!("a {} subscription has no signing secret", current.sink_kind),
+            )));
+        }
+        let now = (self.now_ms)();
+        let opened = current
+            .secret
+            .as_ref()
+            .and_then(|sealed| self.keyring.open(sealed, &binding(&current)).ok())
+            .and_then(|plain| SigningSecrets::parse(&plain.0));
+        let Some(secrets) = opened else {
+            return Ok(Outcome::Refused(ApiError::internal(
+                "the signing secret could not be opened",
+            )));
+        };
+        let fresh = match self.keyring.new_signing_secret() {
+            Ok(s) => s,
+            Err(e) => return Ok(Outcome::Refused(ApiError::internal(e.to_string()))),
+        };
+        let rotated = secrets.rotated(fresh.0.clone(), now, self.rotation_overlap_ms);
+        let mut next = current.clone();
+        next.secret = match self
+            .keyring
+            .seal(rotated.to_plain().as_bytes(), &binding(&next))
+        {
+            Ok(s) => Some(s),
+            Err(e) => return Ok(Outcome::Refused(ApiError::internal(e.to_string()))),
+        };
+        next.revision += 1;
+        next.updated_at_ms = now;
+        self.write(&next, current.revision).await?;
+        let overlap_until = rotated.previous_until_ms.map(rfc3339);
+        // The one time the new secret leaves the hub (R-SEC-1).
+        let body = json!({"secret": fresh.0, "overlapUntil": overlap_until});
+        Ok(Outcome::Written(Answer::ok(body).with_etag(&next)))
     }
 }

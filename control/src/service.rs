@@ -48,6 +48,18 @@ pub(crate) fn store_error(e: ControlStoreError) -> ApiError {
     }
 }
 
+/// Reads and conditional rewrites an operation that names no revision tries before it answers
+/// `subscription_contended`: the engine writes delivery marks to subscriptions, and such an
+/// operation must not fail because one landed between its read and its write.
+pub(crate) const WRITE_ATTEMPTS: usize = 5;
+
+pub(crate) fn contended() -> ApiError {
+    ApiError::new(
+        ErrorCode::SubscriptionContended,
+        "the subscription kept changing; retry",
+    )
+}
+
 /// Store errors during a write: definite refusals vs. an unknown outcome.
 pub(crate) fn write_outcome(e: ControlStoreError) -> Outcome {
     match e {
@@ -526,64 +538,75 @@ impl Control {
         };
         let body = m.body;
         self.idempotent(who, &m, || async {
-            let current = match self.live(who, id).await {
-                Ok(s) => s,
-                Err(e) => return Outcome::Refused(e),
-            };
-            if let Some(tags) = &tags {
-                if !tags.iter().any(|t| t == "*" || *t == current.etag()) {
-                    return Outcome::Refused(store_error(ControlStoreError::Conflict));
-                }
-            }
-            let mut edit = match parse_object(body).and_then(|o| validate_edit(&o, &current)) {
-                Ok(e) => e,
-                Err(e) => return Outcome::Refused(e),
-            };
-            if let Some(sent) = &edit.endpoint {
-                match check_endpoint(&self.policy, &*self.resolver, current.sink_kind, Some(sent))
-                    .await
-                {
-                    // Stored in the form deliveries use (issue 16).
-                    Ok(used) => edit.endpoint = used,
+            // Without If-Match the caller named no revision: a write lost to another (the
+            // engine's delivery marks) is read and applied again.
+            for _ in 0..WRITE_ATTEMPTS {
+                let current = match self.live(who, id).await {
+                    Ok(s) => s,
                     Err(e) => return Outcome::Refused(e),
-                }
-            }
-            if let Some(endpoint) = &edit.endpoint {
-                if current.verification_state == VerificationState::Active
-                    && current.endpoint.as_ref() != Some(endpoint)
-                {
-                    // An active subscription moves only after the new destination answers a
-                    // probe made with the stored secret or credential; nothing changes else.
-                    let mut target = current.clone();
-                    target.endpoint = Some(endpoint.clone());
-                    let outcome = self.probe_destination(&target, None).await;
-                    if !outcome.success {
-                        return Outcome::Refused(crate::onboarding::probe_failed(&outcome));
+                };
+                if let Some(tags) = &tags {
+                    if !tags.iter().any(|t| t == "*" || *t == current.etag()) {
+                        return Outcome::Refused(store_error(ControlStoreError::Conflict));
                     }
                 }
+                let mut edit = match parse_object(body).and_then(|o| validate_edit(&o, &current)) {
+                    Ok(e) => e,
+                    Err(e) => return Outcome::Refused(e),
+                };
+                if let Some(sent) = &edit.endpoint {
+                    match check_endpoint(
+                        &self.policy,
+                        &*self.resolver,
+                        current.sink_kind,
+                        Some(sent),
+                    )
+                    .await
+                    {
+                        // Stored in the form deliveries use (issue 16).
+                        Ok(used) => edit.endpoint = used,
+                        Err(e) => return Outcome::Refused(e),
+                    }
+                }
+                if let Some(endpoint) = &edit.endpoint {
+                    if current.verification_state == VerificationState::Active
+                        && current.endpoint.as_ref() != Some(endpoint)
+                    {
+                        // An active subscription moves only after the new destination answers a
+                        // probe made with the stored secret or credential; nothing changes else.
+                        let mut target = current.clone();
+                        target.endpoint = Some(endpoint.clone());
+                        let outcome = self.probe_destination(&target, None).await;
+                        if !outcome.success {
+                            return Outcome::Refused(crate::onboarding::probe_failed(&outcome));
+                        }
+                    }
+                }
+                let mut next = current.clone();
+                edit.apply(&mut next);
+                if next.endpoint != current.endpoint {
+                    // A move leaves the old destination's failures behind (R-CP-2).
+                    next.last_failure_at_ms = None;
+                }
+                self.sync_catalog().await;
+                let types = edit.event_types.as_ref().unwrap_or(&next.event_types);
+                if let Err(e) = self.catalog.check(
+                    types,
+                    next.schema_major,
+                    &next.event_majors,
+                    next.origin.as_deref(),
+                ) {
+                    return Outcome::Refused(e);
+                }
+                next.revision = current.revision + 1;
+                next.updated_at_ms = (self.now_ms)();
+                match self.write(&next, current.revision).await {
+                    Ok(()) => return Outcome::Written(Answer::ok(next.view()).with_etag(&next)),
+                    Err(ControlStoreError::Conflict) if tags.is_none() => continue,
+                    Err(e) => return write_outcome(e),
+                }
             }
-            let mut next = current.clone();
-            edit.apply(&mut next);
-            if next.endpoint != current.endpoint {
-                // A move leaves the old destination's failures behind (R-CP-2).
-                next.last_failure_at_ms = None;
-            }
-            self.sync_catalog().await;
-            let types = edit.event_types.as_ref().unwrap_or(&next.event_types);
-            if let Err(e) = self.catalog.check(
-                types,
-                next.schema_major,
-                &next.event_majors,
-                next.origin.as_deref(),
-            ) {
-                return Outcome::Refused(e);
-            }
-            next.revision = current.revision + 1;
-            next.updated_at_ms = (self.now_ms)();
-            match self.write(&next, current.revision).await {
-                Ok(()) => Outcome::Written(Answer::ok(next.view()).with_etag(&next)),
-                Err(e) => write_outcome(e),
-            }
+            Outcome::Refused(contended())
         })
         .await
     }
@@ -618,7 +641,7 @@ impl Control {
             Operation::Resume
         };
         self.admit(who, op)?;
-        for _ in 0..5 {
+        for _ in 0..WRITE_ATTEMPTS {
             let current = match self.live(who, id).await {
                 Ok(s) => s,
                 Err(e) => return Err(e),
@@ -648,10 +671,7 @@ impl Control {
                 Err(e) => return Err(store_error(e)),
             }
         }
-        Err(ApiError::new(
-            ErrorCode::SubscriptionContended,
-            "the subscription kept changing; retry",
-        ))
+        Err(contended())
     }
 
     /// `GET /v1/catalog` (R-CP-15).

@@ -8,17 +8,13 @@ use crate::store::StoreError;
 
 #[derive(Debug)]
 pub struct JobStatements {
-    pub job_get: PreparedStatement,
     /// A job's creation, at the timestamp of its event's claim.
     pub job_create: PreparedStatement,
     pub job_put: PreparedStatement,
     pub job_delete: PreparedStatement,
-    pub due_create: PreparedStatement,
-    pub due_put: PreparedStatement,
-    pub due_delete: PreparedStatement,
-    pub due_page: PreparedStatement,
-    pub due_page_after: PreparedStatement,
-    pub due_any: PreparedStatement,
+    pub job_page: PreparedStatement,
+    pub job_page_after: PreparedStatement,
+    pub job_any: PreparedStatement,
     pub queue_touch: PreparedStatement,
     pub queue_list: PreparedStatement,
     pub queue_drop: PreparedStatement,
@@ -51,46 +47,38 @@ impl JobStatements {
         use Kind::*;
         let p = |cql: &'static str, kind| prepare(session, cql, kind);
         Ok(Self {
-            job_get: p("SELECT record FROM jobs WHERE id = ?", Plain).await?,
             job_create: p(
-                "INSERT INTO jobs (id, record) VALUES (?, ?) USING TIMESTAMP ?",
-                Plain,
-            )
-            .await?,
-            job_put: p("INSERT INTO jobs (id, record) VALUES (?, ?)", Plain).await?,
-            job_delete: p("DELETE FROM jobs WHERE id = ?", Plain).await?,
-            due_create: p(
-                "INSERT INTO job_due (lane, tenant, subscription, due_ms, id, written) \
+                "INSERT INTO queued_jobs (lane, tenant, subscription, due_ms, id, job) \
                  VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
                 Plain,
             )
             .await?,
-            due_put: p(
-                "INSERT INTO job_due (lane, tenant, subscription, due_ms, id, written) \
+            job_put: p(
+                "INSERT INTO queued_jobs (lane, tenant, subscription, due_ms, id, job) \
                  VALUES (?, ?, ?, ?, ?, ?)",
                 Plain,
             )
             .await?,
-            due_delete: p(
-                "DELETE FROM job_due WHERE lane = ? AND tenant = ? AND subscription = ? \
+            job_delete: p(
+                "DELETE FROM queued_jobs WHERE lane = ? AND tenant = ? AND subscription = ? \
                  AND due_ms = ? AND id = ?",
                 Plain,
             )
             .await?,
-            due_page: p(
-                "SELECT due_ms, id, written FROM job_due WHERE lane = ? AND tenant = ? \
+            job_page: p(
+                "SELECT due_ms, id, job FROM queued_jobs WHERE lane = ? AND tenant = ? \
                  AND subscription = ? AND due_ms >= ? AND due_ms <= ? LIMIT ?",
                 Plain,
             )
             .await?,
-            due_page_after: p(
-                "SELECT due_ms, id, written FROM job_due WHERE lane = ? AND tenant = ? \
+            job_page_after: p(
+                "SELECT due_ms, id, job FROM queued_jobs WHERE lane = ? AND tenant = ? \
                  AND subscription = ? AND (due_ms, id) > (?, ?) AND (due_ms) <= (?) LIMIT ?",
                 Plain,
             )
             .await?,
-            due_any: p(
-                "SELECT due_ms FROM job_due WHERE lane = ? AND tenant = ? \
+            job_any: p(
+                "SELECT due_ms FROM queued_jobs WHERE lane = ? AND tenant = ? \
                  AND subscription = ? LIMIT 1",
                 Plain,
             )

@@ -1,27 +1,27 @@
 //! Jobs in the CQL store: created with their event's batch (R-DI-1), leased and settled.
 //!
-//! Without multi-partition transactions, a job's state lives in one row (`jobs`: a [`StoredJob`])
-//! and its place in the due index (`job_due`) is kept by ordering writes so a crash never loses a
-//! job:
+//! Without multi-partition transactions, a job lives in one row of its queue's partition
+//! (`queued_jobs`: the row's key is the job's place in the due order, its value a [`StoredJob`]),
+//! so every change of a job is one write to one partition and none can be half done:
 //!
-//! - **create**: job row, then due row, then the queue's `touched` — after the event's append and
-//!   before the unit's offset moves (a committed offset implies its jobs exist). Creation rows
-//!   are written `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can
-//!   never undo a later lease, settlement or delete (a newer timestamp always wins). A replayed
-//!   event's jobs take the stored copy's `received_at_ms`, so a replay writes byte for byte the
-//!   rows of the first attempt: rows of equal timestamp and different values would be settled by
-//!   the server keeping either, and a job row naming a due row the crash never wrote is never paged.
-//! - **lease**: the job row alone (one write): `starts + 1`, the lease's end, and who leased it.
-//!   The due row stays where it is; paging passes over a job leased by this process until the
-//!   lease ends. A lease taken by another process (a lane's earlier holder) counts for nothing:
-//!   the job is due again at once, its lapsed start counted as a recovery (R-DI-8).
-//! - **move** (retry, defer): new due row, then job row, then delete the old due row. A crash in
-//!   between leaves an extra due row the job row does not name; paging deletes it once it is old.
-//! - **remove** (delivered, cancelled, dead-lettered): dead letter first if any, then the job
-//!   row, then the due row.
+//! - **create**: the job rows, then the queue's `touched` — after the event's append and before
+//!   the unit's offset moves (a committed offset implies its jobs exist). Creation rows are written
+//!   `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can never undo a
+//!   later lease, move or delete (a newer timestamp always wins). A replayed event's jobs take the
+//!   stored copy's `received_at_ms`, so a replay writes byte for byte the rows of the first
+//!   attempt: rows of equal timestamp and different keys would be two jobs.
+//! - **lease**: the row rewritten in place: `starts + 1`, the lease's end, and who leased it.
+//!   Paging passes over a job leased by this process until the lease ends. A lease taken by
+//!   another process (a lane's earlier holder) counts for nothing: the job is due again at once,
+//!   its lapsed start counted as a recovery (R-DI-8).
+//! - **move** (retry, defer): one batch of the partition writes the row at the new due time and
+//!   deletes the old one; the server applies it as one mutation.
+//! - **remove** (delivered, cancelled, dead-lettered): dead letter first if any, then the row.
 //!
 //! The process holding a lane is the only writer of its jobs (ingest only creates), so it keeps
-//! the jobs it paged in memory and a step reads the store only for jobs it does not know.
+//! the jobs it wrote or paged in memory ([`Known`]), and a step acts only on those: a job it does
+//! not know was settled meanwhile or belongs to another holder, and a page finds it if it is still
+//! due.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -113,7 +113,7 @@ impl StoredJob {
 }
 
 /// Jobs this process paged or wrote, as stored (see the module's last paragraph). Bounded: past
-/// `KNOWN_MAX` it starts over (a miss is one read).
+/// `KNOWN_MAX` it forgets the jobs that are not under a running lease (a page finds them again).
 #[derive(Debug, Default)]
 pub(super) struct Known(Mutex<HashMap<u128, StoredJob>>);
 
@@ -127,7 +127,11 @@ impl Known {
     pub fn put(&self, job: StoredJob) {
         if let Ok(mut k) = self.0.lock() {
             if k.len() >= KNOWN_MAX {
-                k.clear();
+                let now = now_ms();
+                k.retain(|_, j| j.leased_by.is_some() && j.record.due_at_ms > now);
+                if k.len() >= KNOWN_MAX / 2 {
+                    k.clear(); // leases beyond any lane's bound: start over rather than grow
+                }
             }
             k.insert(job.record.id, job);
         }
@@ -139,10 +143,10 @@ impl Known {
         }
     }
 
-    /// After a lane changed hands: another process may have written its jobs.
-    pub fn clear(&self) {
+    /// After `lane` changed hands: another process may have written its jobs.
+    pub fn forget_lane(&self, lane: Lane) {
         if let Ok(mut k) = self.0.lock() {
-            k.clear();
+            k.retain(|_, j| j.record.lane != lane);
         }
     }
 }
@@ -150,17 +154,41 @@ impl Known {
 /// The partition a statement writes: statements of one partition may share a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Part<'a> {
-    Job(u128),
+    /// A queue's jobs (`queued_jobs`).
     Queue(Lane, &'a str, Uuid),
     /// A dedup partition: (tenant, UUIDv7 hour).
     Dedup(&'a str, i64),
 }
 
-/// What one delivery step writes, in the order that keeps every job findable.
+/// What a job-row statement does.
+#[derive(Debug, Clone, Copy)]
+enum RowOp {
+    /// Writes a new job at its claim's timestamp (µs).
+    Create(i64),
+    Put,
+    Delete,
+}
+
+/// Statements that must land together: one unlogged batch of their partition.
+type Unit<'a> = (Part<'a>, Vec<(&'a PreparedStatement, BoxedRow<'a>)>);
+
+/// The partition of a job's row.
+fn job_part(job: &StoredJob) -> Part<'_> {
+    let r = &job.record;
+    Part::Queue(r.lane, r.tenant.as_str(), r.subscription)
+}
+
+/// Orders jobs by queue, so the rows of one partition are consecutive.
+fn by_queue(a: &StoredJob, b: &StoredJob) -> std::cmp::Ordering {
+    let (a, b) = (&a.record, &b.record);
+    (a.lane, &a.tenant, a.subscription).cmp(&(b.lane, &b.tenant, b.subscription))
+}
+
+/// What one delivery step writes.
 #[derive(Default)]
 struct Plan {
-    /// (before, after): the after's due row is written first (when it moves), then the job row,
-    /// then the before's due row is deleted (when it moved).
+    /// (before, after): rewritten in place, or moved (the after's row written and the before's
+    /// deleted in one batch).
     writes: Vec<(StoredJob, StoredJob)>,
     removes: Vec<StoredJob>,
     letters: Vec<DeadLetter>,
@@ -171,7 +199,7 @@ impl CqlStore {
     /// it wrote them leased by this process, as the batch asked (`IngestBatch::lease_until_ms`).
     /// It does so only for first creations in a lane this process holds: a replay writes the
     /// rows its first attempt wrote, and a lease in a lane held elsewhere counts for nothing.
-    /// The due row stays where an unleased job's would be, as after a lease step: a lane's next
+    /// The row stays where an unleased job's would be, as after a lease step: a lane's next
     /// holder finds the job at once.
     pub(super) async fn create_jobs(
         &self,
@@ -208,51 +236,27 @@ impl CqlStore {
         if jobs.is_empty() {
             return Ok(false);
         }
-        // Job rows first, then due rows: a due row whose job row is missing is taken for the
-        // leftover of a removed job (see `paging.rs`), so it must never be seen first.
         let stored: Vec<(StoredJob, i64)> = jobs
             .iter()
             .map(|(_, job, ts)| (self.created(job, lease), *ts))
             .collect();
-        let job_rows = stored
+        let firsts: Vec<bool> = jobs.iter().map(|(first, _, _)| *first).collect();
+        let mut order: Vec<usize> = (0..stored.len()).collect();
+        order.sort_by(|&a, &b| by_queue(&stored[a].0, &stored[b].0));
+        let rows = order
             .iter()
-            .map(|(job, ts)| {
-                let row: BoxedRow<'_> =
-                    Box::new((id_key(job.record.id).to_vec(), encode(job), *ts));
-                (Part::Job(job.record.id), &self.jt.job_create, row)
+            .map(|&i| {
+                let (job, ts) = &stored[i];
+                (job_part(job), vec![self.job_row(job, RowOp::Create(*ts))])
             })
             .collect();
-        self.in_batches(job_rows).await?;
+        self.in_units(rows).await?;
         #[cfg(feature = "conformance")]
         self.crash_point()?;
-        // Sorted by queue: rows of one partition in one batch are applied as one mutation.
-        let mut by_queue: Vec<&(StoredJob, i64)> = stored.iter().collect();
-        by_queue.sort_by(|(a, _), (b, _)| {
-            (&a.record.tenant, a.record.subscription)
-                .cmp(&(&b.record.tenant, b.record.subscription))
-        });
-        let due_rows = by_queue
-            .into_iter()
-            .map(|(job, ts)| {
-                let r = &job.record;
-                let row: BoxedRow<'_> = Box::new((
-                    lane_i32(r.lane),
-                    r.tenant.as_str(),
-                    r.subscription,
-                    job.row_due_ms,
-                    id_key(r.id).to_vec(),
-                    *ts / 1000,
-                    *ts,
-                ));
-                let part = Part::Queue(r.lane, r.tenant.as_str(), r.subscription);
-                (part, &self.jt.due_create, row)
-            })
-            .collect();
-        self.in_batches(due_rows).await?;
         // A first creation is the stored truth (nothing else wrote these jobs yet); a replay's
         // may have lost to later writes.
-        for ((first, _, _), (job, _)) in jobs.iter().zip(stored) {
-            if *first {
+        for (first, (job, _)) in firsts.into_iter().zip(stored) {
+            if first {
                 self.known.put(job);
             }
         }
@@ -290,9 +294,8 @@ impl CqlStore {
 
     /// For each replayed event with jobs (not appended by this write): when the stored copy was
     /// received. Its jobs take that time, not the replay's later `received_at_ms`, so a replay
-    /// writes byte for byte the rows the first attempt wrote or began to: a job row differing in
-    /// its due time would tie with the first at the claim's write timestamp, the server would keep
-    /// either, and one naming a due row that the crash never wrote is a job no page finds.
+    /// writes byte for byte the rows the first attempt wrote or began to: a row at another due
+    /// time would be a second copy of the job.
     async fn first_received(
         &self,
         batch: &IngestBatch,
@@ -330,99 +333,83 @@ impl CqlStore {
         Ok(())
     }
 
-    /// Moves a lane's pending-jobs gauge.
-    pub(super) async fn count(&self, lane: Lane, delta: i64) -> Result<(), StoreError> {
-        if delta != 0 {
-            self.session
-                .execute_unpaged(
-                    &self.jt.count_add,
-                    (scylla::value::Counter(delta), lane_i32(lane)),
-                )
-                .await
-                .map_err(unavailable)?;
-        }
-        Ok(())
-    }
-
-    /// A job as stored: from memory when this process wrote or paged it, else read.
-    pub(super) async fn load_job(&self, id: u128) -> Result<Option<StoredJob>, StoreError> {
-        if let Some(known) = self.known.get(id) {
-            return Ok(Some(known));
-        }
-        self.read_job(id).await
-    }
-
-    pub(super) async fn read_job(&self, id: u128) -> Result<Option<StoredJob>, StoreError> {
-        let row: Option<(Option<Vec<u8>>,)> =
-            self.first_row(&self.jt.job_get, (&id_key(id)[..],)).await?;
-        row.and_then(|(r,)| r).map(|r| decode(&r)).transpose()
-    }
-
-    async fn load_jobs(&self, ids: &[u128]) -> Result<HashMap<u128, StoredJob>, StoreError> {
-        let found = all(ids.iter().map(|id| self.load_job(*id))).await?;
-        Ok(found
-            .into_iter()
-            .flatten()
+    /// The jobs among `ids` this process knows (see the module's last paragraph).
+    fn known_jobs(&self, ids: &[u128]) -> HashMap<u128, StoredJob> {
+        ids.iter()
+            .filter_map(|id| self.known.get(*id))
             .map(|j| (j.record.id, j))
-            .collect())
+            .collect()
     }
 
-    /// Writes a job's due row at `row_due_ms`.
-    pub(super) async fn put_due(&self, job: &StoredJob) -> Result<(), StoreError> {
+    /// Writes a job's row at `row_due_ms` (a job brought back from the dead letters).
+    pub(super) async fn put_job(&self, job: &StoredJob) -> Result<(), StoreError> {
         let r = &job.record;
         self.paging
             .due_written(r.lane, &r.tenant, r.subscription, job.row_due_ms);
+        let (stmt, row) = self.job_row(job, RowOp::Put);
         self.session
-            .execute_unpaged(
-                &self.jt.due_put,
-                (
-                    lane_i32(r.lane),
-                    &r.tenant,
-                    r.subscription,
-                    job.row_due_ms,
-                    &id_key(r.id)[..],
-                    now_ms(),
-                ),
-            )
+            .execute_unpaged(stmt, row)
             .await
             .map_err(unavailable)?;
         Ok(())
     }
 
-    pub(super) async fn delete_due(
-        &self,
-        lane: Lane,
-        tenant: &str,
-        sub: Uuid,
-        due_ms: i64,
-        id: u128,
-    ) -> Result<(), StoreError> {
-        self.session
-            .execute_unpaged(
-                &self.jt.due_delete,
-                (lane_i32(lane), tenant, sub, due_ms, &id_key(id)[..]),
-            )
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+    /// The statement that writes `job`'s row (at `row_due_ms`, holding the job) or deletes it.
+    fn job_row<'a>(
+        &'a self,
+        job: &'a StoredJob,
+        op: RowOp,
+    ) -> (&'a PreparedStatement, BoxedRow<'a>) {
+        let r = &job.record;
+        let (lane, tenant, sub, due, id) = (
+            lane_i32(r.lane),
+            r.tenant.as_str(),
+            r.subscription,
+            job.row_due_ms,
+            id_key(r.id).to_vec(),
+        );
+        match op {
+            RowOp::Create(ts) => (
+                &self.jt.job_create,
+                Box::new((lane, tenant, sub, due, id, encode(job), ts)),
+            ),
+            RowOp::Put => (
+                &self.jt.job_put,
+                Box::new((lane, tenant, sub, due, id, encode(job))),
+            ),
+            RowOp::Delete => (&self.jt.job_delete, Box::new((lane, tenant, sub, due, id))),
+        }
     }
 
     /// Runs statements, the ones of one partition (consecutive, same [`Part`]) as unlogged
-    /// batches of at most `ROWS_PER_BATCH`; the rest alone; all concurrently. A batch never spans
+    /// batches of at most `ROWS_PER_BATCH`; the rest alone; all concurrently.
+    pub(super) async fn in_batches<'a>(
+        &self,
+        statements: Vec<(Part<'a>, &'a PreparedStatement, BoxedRow<'a>)>,
+    ) -> Result<(), StoreError> {
+        self.in_units(
+            statements
+                .into_iter()
+                .map(|(part, stmt, row)| (part, vec![(stmt, row)]))
+                .collect(),
+        )
+        .await
+    }
+
+    /// As [`Self::in_batches`], keeping each unit's statements in one batch. A batch never spans
     /// partitions: that saves the client requests but makes the coordinator fan out, and the
     /// server warns of every one (Cassandra past 10 partitions; the driver echoes each warning
     /// into the log).
-    pub(super) async fn in_batches<'a>(
-        &self,
-        statements: Vec<(Part<'a>, &PreparedStatement, BoxedRow<'a>)>,
-    ) -> Result<(), StoreError> {
-        let mut groups: Vec<(Part<'a>, Vec<(&PreparedStatement, BoxedRow<'a>)>)> = Vec::new();
-        for (part, stmt, row) in statements {
+    async fn in_units<'a>(&self, units: Vec<Unit<'a>>) -> Result<(), StoreError> {
+        let mut groups: Vec<Unit<'a>> = Vec::new();
+        for (part, unit) in units {
             match groups.last_mut() {
-                Some((p, members)) if *p == part && members.len() < ROWS_PER_BATCH => {
-                    members.push((stmt, row));
+                Some((p, members))
+                    if *p == part && members.len() + unit.len() <= ROWS_PER_BATCH =>
+                {
+                    members.extend(unit);
                 }
-                _ => groups.push((part, vec![(stmt, row)])),
+                _ => groups.push((part, unit)),
             }
         }
         all(groups.into_iter().map(|(_, mut members)| async move {
@@ -448,78 +435,47 @@ impl CqlStore {
         Ok(())
     }
 
-    /// Due-row statements of `jobs` (at `row_due_ms`), grouped so each batch is one queue's.
-    fn due_rows<'a>(
-        &'a self,
-        jobs: impl Iterator<Item = &'a StoredJob>,
-        delete: bool,
-    ) -> Vec<(Part<'a>, &'a PreparedStatement, BoxedRow<'a>)> {
-        let mut jobs: Vec<&StoredJob> = jobs.collect();
-        jobs.sort_by(|a, b| {
-            let (a, b) = (&a.record, &b.record);
-            (a.lane, &a.tenant, a.subscription).cmp(&(b.lane, &b.tenant, b.subscription))
-        });
-        let now = now_ms();
-        jobs.into_iter()
-            .map(|j| {
-                let r = &j.record;
-                let key = id_key(r.id).to_vec();
-                let (lane, tenant, sub, due) = (
-                    lane_i32(r.lane),
-                    r.tenant.as_str(),
-                    r.subscription,
-                    j.row_due_ms,
-                );
-                let part = Part::Queue(r.lane, tenant, sub);
-                if delete {
-                    let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key));
-                    (part, &self.jt.due_delete, row)
-                } else {
-                    self.paging.due_written(r.lane, tenant, sub, due);
-                    let row: BoxedRow<'a> = Box::new((lane, tenant, sub, due, key, now));
-                    (part, &self.jt.due_put, row)
-                }
-            })
-            .collect()
-    }
-
-    /// Writes jobs' new states (see the module's write order).
+    /// Writes jobs' new states: a lease in place; a move as the new row and the old row's delete
+    /// in one batch.
     pub(super) async fn write_jobs(
         &self,
         writes: &[(StoredJob, StoredJob)],
     ) -> Result<(), StoreError> {
-        let moved = |(b, a): &&(StoredJob, StoredJob)| b.row_due_ms != a.row_due_ms;
-        let new_rows = self.due_rows(writes.iter().filter(moved).map(|(_, a)| a), false);
-        self.in_batches(new_rows).await?;
-        let job_rows = writes
-            .iter()
-            .map(|(_, a)| {
-                let row: BoxedRow<'_> = Box::new((id_key(a.record.id).to_vec(), encode(a)));
-                (Part::Job(a.record.id), &self.jt.job_put, row)
+        let mut sorted: Vec<&(StoredJob, StoredJob)> = writes.iter().collect();
+        sorted.sort_by(|(a, _), (b, _)| by_queue(a, b));
+        let units = sorted
+            .into_iter()
+            .map(|(before, after)| {
+                let mut unit = vec![self.job_row(after, RowOp::Put)];
+                if before.row_due_ms != after.row_due_ms {
+                    let r = &after.record;
+                    self.paging
+                        .due_written(r.lane, &r.tenant, r.subscription, after.row_due_ms);
+                    unit.push(self.job_row(before, RowOp::Delete));
+                }
+                (job_part(after), unit)
             })
             .collect();
-        self.in_batches(job_rows).await?;
+        self.in_units(units).await?;
         for (_, a) in writes {
             self.known.put(a.clone());
         }
-        let old_rows = self.due_rows(writes.iter().filter(moved).map(|(b, _)| b), true);
-        self.in_batches(old_rows).await
+        Ok(())
     }
 
-    /// Removes jobs: the job rows, then their due rows.
+    /// Removes jobs' rows.
     async fn remove_jobs(&self, removes: &[StoredJob]) -> Result<(), StoreError> {
-        let job_rows = removes
-            .iter()
-            .map(|j| {
-                let row: BoxedRow<'_> = Box::new((id_key(j.record.id).to_vec(),));
-                (Part::Job(j.record.id), &self.jt.job_delete, row)
-            })
+        let mut sorted: Vec<&StoredJob> = removes.iter().collect();
+        sorted.sort_by(|a, b| by_queue(a, b));
+        let units = sorted
+            .into_iter()
+            .map(|j| (job_part(j), vec![self.job_row(j, RowOp::Delete)]))
             .collect();
-        self.in_batches(job_rows).await?;
+        self.in_units(units).await?;
         for j in removes {
             self.known.forget(j.record.id);
         }
-        self.in_batches(self.due_rows(removes.iter(), true)).await
+        Ok(())
     }
 
     /// The event a job delivers, if still stored (retention may have expired it).
@@ -572,7 +528,7 @@ impl CqlStore {
             .map(|s| s.job)
             .chain(step.start.iter().copied())
             .collect();
-        let jobs = self.load_jobs(&ids).await?;
+        let jobs = self.known_jobs(&ids);
         let mut plan = Plan::default();
         let mut out = StepOutcome::default();
         let mut attempts: Vec<(&JobRecord, &AttemptRecord)> = Vec::new();
@@ -588,7 +544,7 @@ impl CqlStore {
 
         for s in &step.settle {
             let Some(job) = jobs.get(&s.job) else {
-                continue; // replayed, cancelled or settled by an earlier step
+                continue; // settled by an earlier step, or not this process's (module doc)
             };
             let (change, attempt) = settle_job(&job.record, &s.settled);
             if let Some(a) = attempt {

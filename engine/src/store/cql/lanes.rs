@@ -153,7 +153,7 @@ impl CqlStore {
         if taken {
             // Another process may have written this lane's jobs and statistics since we last
             // held it.
-            self.known.clear();
+            self.known.forget_lane(lane);
             self.stats_rows.clear();
             tracing::debug!(lane, "holding a delivery lane");
         }
@@ -164,6 +164,7 @@ impl CqlStore {
     /// Ends this process's holds on `lanes` (a clean stop: no lease of ours is left behind).
     pub(super) async fn let_go(&self, lanes: &[Lane]) -> Result<(), StoreError> {
         self.flush_stats(true).await?;
+        self.write_counts(true).await?;
         let me = self.holds.owner;
         let held: Vec<Lane> = lanes
             .iter()
@@ -293,6 +294,7 @@ impl CqlStore {
 
     /// `Store::lane_report`.
     pub(super) async fn report(&self, lanes: Vec<Lane>) -> Result<Vec<LaneReport>, StoreError> {
+        self.write_counts(true).await?;
         let now = crate::clock::now_ms();
         all(lanes.into_iter().map(|lane| async move {
             let row: Option<(Option<Uuid>, Option<i64>)> = self

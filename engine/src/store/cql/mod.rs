@@ -21,6 +21,7 @@
 
 mod claim;
 mod counted;
+mod counts;
 mod forensics;
 mod job_statements;
 mod jobs;
@@ -111,6 +112,7 @@ pub struct CqlStore {
     known: jobs::Known,
     /// Statistics rows of held lanes, written at most once a second (see `outcomes.rs`).
     stats_rows: outcomes::StatsRows,
+    count_moves: counts::CountMoves,
     paging: paging::PagingState,
     /// The events appended last, encoded (see `recent.rs`).
     recent: recent::RecentEvents,
@@ -167,7 +169,7 @@ const SCHEMA: &str = concat!(
 #[cfg(feature = "conformance")]
 impl CqlStore {
     /// For crash tests: the next batch that creates jobs writes their job rows, then fails (its
-    /// due rows unwritten, its offset unmoved), as if the process died between the two.
+    /// queues untouched, its offset unmoved), as if the process died there.
     pub fn crash_after_job_rows(&self) {
         self.crash_after_job_rows
             .store(true, std::sync::atomic::Ordering::Release);
@@ -214,6 +216,7 @@ impl CqlStore {
             holds: lanes::Holds::new(),
             known: jobs::Known::default(),
             stats_rows: outcomes::StatsRows::default(),
+            count_moves: counts::CountMoves::default(),
             paging: paging::PagingState::default(),
             heads: Mutex::new(HashMap::new()),
             last_qid: AtomicU64::new(0),
@@ -294,6 +297,7 @@ impl Store for CqlStore {
         skip: Arc<std::collections::HashSet<u128>>,
     ) -> Result<Vec<super::JobRecord>, StoreError> {
         self.flush_idle_stats().await?;
+        self.write_counts(false).await?;
         self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)
             .await
     }
@@ -550,7 +554,7 @@ impl Store for CqlStore {
     }
 
     /// A lease counts only for the process that took it (`StoredJob::leased_by`), and a job
-    /// created leased keeps its due row where it was: another holder, or this process after a
+    /// created leased keeps its row where an unleased one's is: another holder, or this process after a
     /// restart, pages it at once.
     fn leases_at_ingest(&self) -> bool {
         true

@@ -347,13 +347,8 @@ impl CqlStore {
         all(letters.iter().map(|letter| async move {
             let job = StoredJob::new(letter.job.revived(now_ms));
             let r = &job.record;
-            // The job row before its due row (see `jobs.rs`).
-            self.session
-                .execute_unpaged(&self.jt.job_put, (&id_key(r.id)[..], encode(&job)))
-                .await
-                .map_err(unavailable)?;
             self.known.forget(r.id);
-            self.put_due(&job).await?;
+            self.put_job(&job).await?;
             self.touch_queue(r.lane, &r.tenant, r.subscription).await?;
             self.session
                 .execute_unpaged(&self.jt.dead_delete, (tenant, sub, &id_key(r.id)[..]))
@@ -367,6 +362,7 @@ impl CqlStore {
 
     /// Pending jobs over every lane (a gauge: see `job_counts`).
     pub(super) async fn pending(&self) -> Result<u64, StoreError> {
+        self.write_counts(true).await?;
         let rows = self
             .session
             .execute_unpaged(&self.jt.count_all, ())

@@ -12,7 +12,7 @@
 //! once per page.
 //!
 //! Cost that follows work (issue 17): a queue whose page reached its tail and found nothing to
-//! return is **quiet** — not read again until the earliest of: a due row this process writes to
+//! return is **quiet** — not read again until the earliest of: a job row this process writes to
 //! it comes due (a retry, a replay), a lease of ours on one of its jobs runs out, the lane is
 //! woken (`wake_pages`: the lane was handed jobs it could not take, or ingest could not hand them
 //! over), or `QUIET_AT_MOST_MS` passes (what another process wrote; a job the lane let go of).
@@ -25,18 +25,16 @@ use std::sync::{Arc, Mutex};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use super::jobs::{all, id_of, lane_i32};
+use super::jobs::{all, id_of, lane_i32, StoredJob};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
+use crate::store::codec::decode;
 use crate::store::{JobRecord, Lane, StoreError};
 
 const FULL_SCAN_EVERY_MS: i64 = 30_000;
 /// How far behind `now` the floor of a queue with nothing due may move up to: a job created now
 /// carries its claim's time, a little earlier.
 const FLOOR_LAG_MS: i64 = 60_000;
-/// A due row whose job says another due time is left over from a move that crashed — once it is
-/// this old; a younger one may be a move still under way.
-const STALE_AFTER_MS: i64 = 60_000;
 /// Queues paged at once.
 const QUEUES_AT_ONCE: usize = 16;
 /// Extra rows read per queue past `per_tenant`, for the caller's held jobs to be skipped.
@@ -116,7 +114,7 @@ impl PagingState {
         }
     }
 
-    /// This process wrote a due row at `due_ms` to a queue: a quiet queue wakes by then.
+    /// This process wrote a job's row at `due_ms` to a queue: a quiet queue wakes by then.
     pub fn due_written(&self, lane: Lane, tenant: &str, sub: Uuid, due_ms: i64) {
         let mut floors = self.floors.lock().unwrap_or_else(|p| p.into_inner());
         // A queue never paged gets a floor that pages it from its start, so that a first page
@@ -268,21 +266,21 @@ impl CqlStore {
             Some((due, id)) => {
                 let values = (lane_i, tenant, *sub, *due, id.as_slice(), now, read_i);
                 self.session
-                    .execute_unpaged(&self.jt.due_page_after, values)
+                    .execute_unpaged(&self.jt.job_page_after, values)
                     .await
             }
             None => {
                 let values = (lane_i, tenant, *sub, from, now, read_i);
                 self.session
-                    .execute_unpaged(&self.jt.due_page, values)
+                    .execute_unpaged(&self.jt.job_page, values)
                     .await
             }
         };
-        let rows: Vec<(i64, Vec<u8>, Option<i64>)> = answer
+        let rows: Vec<(i64, Vec<u8>, Option<Vec<u8>>)> = answer
             .map_err(unavailable)?
             .into_rows_result()
             .map_err(unavailable)?
-            .rows::<(i64, Vec<u8>, Option<i64>)>()
+            .rows::<(i64, Vec<u8>, Option<Vec<u8>>)>()
             .map_err(unavailable)?
             .collect::<Result<_, _>>()
             .map_err(unavailable)?;
@@ -314,52 +312,49 @@ impl CqlStore {
             return Ok(Vec::new());
         }
 
-        let mut candidates = Vec::new();
-        for (due, id, written) in rows {
-            let id = id_of(&id)?;
-            if !skip.contains(&id) && candidates.len() < want {
-                candidates.push((due, id, written));
-            }
-        }
-        let loaded = all(candidates.iter().map(|&(due, id, written)| async move {
-            Ok::<_, StoreError>((due, id, written, self.load_job(id).await?))
-        }))
-        .await?;
         let me = self.holds.owner;
-        let mut out = Vec::with_capacity(loaded.len());
-        let mut stale = Vec::new();
+        let mut out = Vec::new();
         // Quiet at most until the first lease of ours on the page runs out.
         let mut quiet_until = now + QUIET_AT_MOST_MS;
-        for (due, id, written, job) in loaded {
-            match job {
-                // Leased by this process and the lease runs: not due. A lease of another process
-                // (an earlier holder of the lane) counts for nothing: due now.
-                Some(job) if job.row_due_ms == due => {
-                    if job.leased_by(me, now) {
-                        quiet_until = quiet_until.min(job.record.due_at_ms);
-                    } else {
-                        out.push(job.record.clone());
-                    }
-                    self.known.put(job);
-                }
-                // Its job is gone, or names another row and this one is a crashed move's leftover.
-                None => stale.push((due, id)),
-                Some(_) if written.is_none_or(|w| clock - w > STALE_AFTER_MS) => {
-                    stale.push((due, id))
-                }
-                Some(_) => {} // a move under way: the job is paged at its new row
+        for (due, id, job) in rows {
+            let id = id_of(&id)?;
+            if skip.contains(&id) || out.len() >= want {
+                continue;
             }
+            let Some(job) = self.paged_job(due, id, job.as_deref())? else {
+                continue;
+            };
+            // Leased by this process and the lease runs: not due. A lease of another process (an
+            // earlier holder of the lane) counts for nothing: due now.
+            if job.leased_by(me, now) {
+                quiet_until = quiet_until.min(job.record.due_at_ms);
+            } else {
+                out.push(job.record.clone());
+            }
+            self.known.put(job);
         }
         // Rows skipped because the lane holds their jobs count as quiet too: the lane leases
         // them, or lets them go and a page within `QUIET_AT_MOST_MS` finds them again.
-        let quiet = tail && out.is_empty() && stale.is_empty();
+        let quiet = tail && out.is_empty();
         self.keep_floor(&key, next, now, quiet.then_some(quiet_until));
-        all(stale
-            .iter()
-            .map(|&(due, id)| self.delete_due(*lane, tenant, *sub, due, id)))
-        .await?;
         out.sort_by_key(|j| (j.due_at_ms, j.id));
         Ok(out)
+    }
+
+    /// The job of a paged row: what this process last wrote of it when that is the row read (a
+    /// write of ours may be under way), else the row's.
+    fn paged_job(
+        &self,
+        due: i64,
+        id: u128,
+        row: Option<&[u8]>,
+    ) -> Result<Option<StoredJob>, StoreError> {
+        if let Some(known) = self.known.get(id).filter(|k| k.row_due_ms == due) {
+            return Ok(Some(known));
+        }
+        let Some(row) = row else { return Ok(None) };
+        let job: StoredJob = decode(row)?;
+        Ok((job.record.id == id && job.row_due_ms == due).then_some(job))
     }
 
     /// Keeps a queue's floor after a page that read what was due at `now`, quiet until
@@ -398,7 +393,7 @@ impl CqlStore {
         };
         let lane_i = lane_i32(lane);
         let any: Option<(i64,)> = self
-            .first_row(&self.jt.due_any, (lane_i, tenant, sub))
+            .first_row(&self.jt.job_any, (lane_i, tenant, sub))
             .await?;
         if any.is_some() {
             return Ok(());
