@@ -119,6 +119,11 @@ async fn main() -> anyhow::Result<()> {
         scenario.records = n;
     }
     if let Some(r) = cli.rate {
+        // The description names the scenario's own rate: say what this run offered instead.
+        scenario.description = format!(
+            "{} This run: {r} events/s (`--rate`, instead of the scenario's {}).",
+            scenario.description, scenario.rate
+        );
         scenario.rate = r;
     }
     if let Some(d) = cli.duration {

@@ -17,6 +17,22 @@ use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{BatchOutcome, Fence, IngestBatch, Store, StoreError, UnitId};
 use crate::verdict::{topic_source, VerdictCounters, VerdictLimits};
 
+/// A pass slower than this is logged: records wait in the shard's queue while one is written.
+const SLOW_PASS: Duration = Duration::from_millis(250);
+
+/// Logs a pass that kept the shard's next records waiting (where ingest latency goes).
+fn log_slow_pass(took: Duration, records: usize, units: usize, queued: usize) {
+    if took >= SLOW_PASS {
+        tracing::info!(
+            took_ms = took.as_millis() as u64,
+            records,
+            units,
+            queued,
+            "slow ingest pass: the shard's next records waited for it"
+        );
+    }
+}
+
 /// What a shard's ingest stage needs.
 #[derive(Debug, Clone)]
 pub struct ShardIngest {
@@ -47,7 +63,9 @@ impl ShardIngest {
                     Err(_) => break,
                 }
             }
-            let units = group_by_unit(pass);
+            let started = std::time::Instant::now();
+            let (count, units) = (pass.len(), group_by_unit(pass));
+            let unit_count = units.len();
             let mut written = Vec::with_capacity(units.len());
             for (unit, recs) in units {
                 let fence = fences.get(&unit).copied();
@@ -59,6 +77,7 @@ impl ShardIngest {
                     None => fences.remove(&unit),
                 };
             }
+            log_slow_pass(started.elapsed(), count, unit_count, records.len());
         }
     }
 

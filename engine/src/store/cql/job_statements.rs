@@ -40,6 +40,8 @@ pub struct JobStatements {
     pub stats_all: PreparedStatement,
     pub stats_put: PreparedStatement,
     pub log_event_at: PreparedStatement,
+    /// Events of one bucket at a list of seqs (`seq IN ?`).
+    pub log_events_in: PreparedStatement,
 }
 
 impl JobStatements {
@@ -182,6 +184,12 @@ impl JobStatements {
             .await?,
             log_event_at: p(
                 "SELECT id, event FROM tenant_log WHERE tenant = ? AND bucket = ? AND seq = ?",
+                Plain,
+            )
+            .await?,
+            log_events_in: p(
+                "SELECT seq, id, event FROM tenant_log WHERE tenant = ? AND bucket = ? \
+                 AND seq IN ?",
                 Plain,
             )
             .await?,

@@ -478,12 +478,6 @@ impl CqlStore {
         Ok(())
     }
 
-    /// The event a job delivers, if still stored (retention may have expired it).
-    async fn job_event(&self, job: &JobRecord) -> Result<Option<StoredEvent>, StoreError> {
-        self.stored_event(&job.tenant, job.event_seq, job.event_id)
-            .await
-    }
-
     /// The tenant's event at `seq`, if it is still stored and is event `id`.
     async fn stored_event(
         &self,
@@ -584,7 +578,8 @@ impl CqlStore {
         }
         let outcomes = self.apply(&plan);
         let starts = async {
-            let events = all(leases.iter().map(|(job, _)| self.job_event(&job.record))).await?;
+            let records: Vec<&JobRecord> = leases.iter().map(|(job, _)| &job.record).collect();
+            let events = self.job_events(&records).await?;
             let (mut started, mut gone) = (Vec::new(), Vec::new());
             for ((job, next), event) in leases.iter().zip(events) {
                 match event {

@@ -23,6 +23,7 @@ mod claim;
 mod counted;
 mod counts;
 mod forensics;
+mod job_events;
 mod job_statements;
 mod jobs;
 mod lanes;
