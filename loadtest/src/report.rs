@@ -372,8 +372,11 @@ impl Report {
         );
         if let Some(cpu) = self.hub.cpu_seconds {
             let (per, what) = match &self.delivery {
-                Some(d) => (d.unique_delivered, "delivered event (ingest included)"),
-                None => (self.produced.total, "record"),
+                // Nothing delivered (pending-million): per ingested record instead.
+                Some(d) if d.unique_delivered > 0 => {
+                    (d.unique_delivered, "delivered event (ingest included)")
+                }
+                _ => (self.produced.total, "record"),
             };
             let _ = writeln!(
                 md,
