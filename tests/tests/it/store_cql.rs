@@ -7,9 +7,7 @@ use std::collections::HashSet;
 
 use hub_engine::store::conformance::{event, run_all};
 use hub_engine::store::cql::{CqlSettings, CqlStore};
-use hub_engine::store::{
-    DeliveryStep, Fence, IngestBatch, Lane, Matches, Settled, Settlement, Store, UnitId,
-};
+use hub_engine::store::{DeliveryStep, Fence, IngestBatch, Lane, Matches, Store, UnitId};
 use hub_tests::{report, require, unique, CQL};
 use scylla::client::session_builder::SessionBuilder;
 
@@ -566,79 +564,6 @@ async fn r_di_1_cql_a_quiet_queue_is_read_again_only_when_something_may_be_due()
     assert_eq!(reads(), before + 3, "read again past the bound on quiet");
     let lapsed = due_of(&store, lane, now + 60_000).await;
     assert_eq!(lapsed.len(), 1, "due again once our lease ran out");
-}
-
-/// R-DI-1 (issue 17): a job creation rewrites its queue's `touched` only when it must — the
-/// queue is new to this process, or the lane is not held here, or a drop of an empty queue may
-/// have run meanwhile; a held, listed queue gets its jobs without a touch each batch, and after
-/// the queue was dropped empty a new job touches it again and is found.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_di_1_cql_a_held_listed_queue_is_not_touched_by_every_creation() {
-    let (store, ns, lane) = jobs_store("cqltouch").await;
-    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
-    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
-    let (tenant, sub) = (format!("{ns}-t"), uuid::Uuid::now_v7());
-    let write = |offset: i64| {
-        let mut ev = event(&tenant, "x.created");
-        ev.offset = offset;
-        Arc::new(IngestBatch {
-            events: vec![ev],
-            matches: vec![Matches(vec![sub])],
-            lane,
-            next_offset: Some(offset + 1),
-            ..Default::default()
-        })
-    };
-    let touches = || sent(&store, "update job_queues");
-    let far = || hub_engine::clock::now_ms() + 3_600_000;
-
-    store
-        .write_batch(&unit, fence, write(0))
-        .await
-        .expect("write");
-    assert_eq!(touches(), 1, "a queue new to this process is touched");
-    assert_eq!(
-        due_of(&store, lane, far()).await.len(),
-        1,
-        "held and listed"
-    );
-    store
-        .write_batch(&unit, fence, write(1))
-        .await
-        .expect("write");
-    assert_eq!(touches(), 1, "held and listed: not touched again");
-    let jobs = due_of(&store, lane, far()).await;
-    assert_eq!(jobs.len(), 2, "both jobs are found");
-
-    // Both settled, the queue is empty: a page from its start drops it.
-    let cancel = DeliveryStep {
-        settle: jobs
-            .iter()
-            .map(|j| Settlement {
-                job: j.id,
-                settled: Settled::Cancelled,
-            })
-            .collect(),
-        now_ms: hub_engine::clock::now_ms(),
-        ..Default::default()
-    };
-    store.delivery_step(cancel).await.expect("settle");
-    assert!(
-        due_of(&store, lane, 0).await.is_empty(),
-        "a full scan: empty"
-    );
-    assert_eq!(
-        sent(&store, "delete job_queues"),
-        1,
-        "the empty queue is dropped"
-    );
-    store
-        .write_batch(&unit, fence, write(2))
-        .await
-        .expect("write");
-    assert_eq!(touches(), 2, "a dropped queue is touched again");
-    let found = due_of(&store, lane, far()).await;
-    assert_eq!(found.len(), 1, "and its new job is found");
 }
 
 /// R-DI-8 (issue 17): a batch writes its jobs leased by this process when it holds their lane,

@@ -4,11 +4,10 @@
 //! (`queued_jobs`: the row's key is the job's place in the due order, its value a [`StoredJob`]),
 //! so every change of a job is one write to one partition and none can be half done:
 //!
-//! - **create**: the job rows, then the queue's `touched` (unless this process holds the lane
-//!   and knows the queue is listed: `PagingState::needs_touch`) — after the event's append and
-//!   before the unit's offset moves (a committed offset implies its jobs exist). Creation rows
-//!   are written `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can
-//!   never undo a later lease, move or delete (a newer timestamp always wins). A replayed event's jobs take the
+//! - **create**: the job rows, then the queue's `touched` — after the event's append and before
+//!   the unit's offset moves (a committed offset implies its jobs exist). Creation rows are written
+//!   `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can never undo a
+//!   later lease, move or delete (a newer timestamp always wins). A replayed event's jobs take the
 //!   stored copy's `received_at_ms`, so a replay writes byte for byte the rows of the first
 //!   attempt: rows of equal timestamp and different keys would be two jobs.
 //! - **lease**: the row rewritten in place: `starts + 1`, the lease's end, and who leased it.
@@ -242,7 +241,6 @@ impl CqlStore {
             .map(|(_, job, ts)| (self.created(job, lease), *ts))
             .collect();
         let firsts: Vec<bool> = jobs.iter().map(|(first, _, _)| *first).collect();
-        let before_rows = self.paging.before_rows(self.holds.holds(batch.lane, now));
         let mut order: Vec<usize> = (0..stored.len()).collect();
         order.sort_by(|&a, &b| by_queue(&stored[a].0, &stored[b].0));
         let rows = order
@@ -266,14 +264,8 @@ impl CqlStore {
             .iter()
             .map(|(_, j, _)| (j.tenant.as_str(), j.subscription))
             .collect();
-        let held_now = self.holds.holds(batch.lane, now_ms());
         all(queues
             .into_iter()
-            .filter(|(tenant, sub)| {
-                let lane = batch.lane;
-                self.paging
-                    .needs_touch(lane, tenant, *sub, before_rows, held_now)
-            })
             .map(|(tenant, sub)| self.touch_queue(batch.lane, tenant, sub)))
         .await?;
         // Only first creations move the pending gauge: a replay (after a rebalance or a restart,

@@ -154,8 +154,6 @@ impl CqlStore {
             // Another process may have written this lane's jobs and statistics since we last
             // held it.
             self.known.forget_lane(lane);
-            // Its earlier holder may have dropped queues this process listed.
-            self.paging.forget_list(lane);
             self.stats_rows.clear();
             tracing::debug!(lane, "holding a delivery lane");
         }

@@ -84,38 +84,12 @@ impl Floor {
 /// Rows read past `want` when going on after a cursor (a few may be held by the lane).
 const CURSOR_SLACK: usize = 16;
 
-/// Paging state of this process (floors per queue, lanes' queue lists, lanes' wakes, its drops
-/// of empty queues).
+/// Paging state of this process (floors per queue, lanes' queue lists, lanes' wakes).
 #[derive(Debug, Default)]
 pub(super) struct PagingState {
     floors: Mutex<HashMap<(Lane, String, Uuid), Floor>>,
     lists: Mutex<HashMap<Lane, Listed>>,
     wakes: Mutex<HashMap<Lane, u64>>,
-    drops: Mutex<Drops>,
-}
-
-/// This process's drops of empty queues: how many are under way, how many ever began.
-#[derive(Debug, Default)]
-struct Drops {
-    under_way: usize,
-    begun: u64,
-}
-
-/// A drop of an empty queue under way (ends when dropped).
-struct Dropping<'a>(&'a PagingState);
-
-impl Drop for Dropping<'_> {
-    fn drop(&mut self) {
-        let mut d = self.0.drops.lock().unwrap_or_else(|p| p.into_inner());
-        d.under_way -= 1;
-    }
-}
-
-/// What a job creation saw before it wrote its rows (see [`PagingState::needs_touch`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct BeforeRows {
-    drops_begun: u64,
-    held: bool,
 }
 
 /// A lane's queues as last listed: (tenant, subscription, write time of `touched` in µs).
@@ -138,50 +112,6 @@ impl PagingState {
         if !listed {
             lists.remove(&lane);
         }
-    }
-
-    /// Before a creation writes job rows to a lane's queues.
-    pub fn before_rows(&self, held: bool) -> BeforeRows {
-        let d = self.drops.lock().unwrap_or_else(|p| p.into_inner());
-        BeforeRows {
-            drops_begun: d.begun,
-            held,
-        }
-    }
-
-    /// Whether a creation that wrote job rows to a queue must rewrite the queue's `touched`.
-    /// The touch lists the queue, and outlives a drop of it running meanwhile (the drop deletes
-    /// only the `touched` it read). It is not needed when the queue is listed here (its row
-    /// exists), this process held the lane before and after the rows (only a lane's holder
-    /// drops its queues, and a lane taken from another holder is listed anew) and no drop of
-    /// this process ran or began meanwhile. Issue 17: a touch per queue per ingest batch was
-    /// 0.6 requests per delivered event at a steady 1,100/s.
-    pub fn needs_touch(
-        &self,
-        lane: Lane,
-        tenant: &str,
-        sub: Uuid,
-        before: BeforeRows,
-        held_now: bool,
-    ) -> bool {
-        let dropped_meanwhile = {
-            let d = self.drops.lock().unwrap_or_else(|p| p.into_inner());
-            d.under_way > 0 || d.begun != before.drops_begun
-        };
-        if !before.held || !held_now || dropped_meanwhile {
-            return true;
-        }
-        let lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
-        !lists
-            .get(&lane)
-            .is_some_and(|l| l.queues.iter().any(|(t, s, _)| t == tenant && *s == sub))
-    }
-
-    fn begin_drop(&self) -> Dropping<'_> {
-        let mut d = self.drops.lock().unwrap_or_else(|p| p.into_inner());
-        d.under_way += 1;
-        d.begun += 1;
-        Dropping(self)
     }
 
     /// This process wrote a job's row at `due_ms` to a queue: a quiet queue wakes by then.
@@ -232,7 +162,7 @@ impl PagingState {
         );
     }
 
-    pub fn forget_list(&self, lane: Lane) {
+    fn forget_list(&self, lane: Lane) {
         let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
         lists.remove(&lane);
     }
@@ -461,8 +391,6 @@ impl CqlStore {
         let Some(touched_us) = touched_us else {
             return Ok(());
         };
-        // Creations meanwhile touch their queues (`needs_touch`) until this ends, list forgotten.
-        let _dropping = self.paging.begin_drop();
         let lane_i = lane_i32(lane);
         let any: Option<(i64,)> = self
             .first_row(&self.jt.job_any, (lane_i, tenant, sub))
