@@ -1,6 +1,7 @@
-//! The events of jobs being leased (CQL): from the events this process appended last
-//! (`recent.rs`), else read from `tenant_log` — one read per bucket of a tenant for all the jobs
-//! of a step that need it (`seq IN (…)`), not one per job. In a backlog most leased jobs' events
+//! Stored events looked up by (tenant, seq, id) on CQL — the events of jobs being leased, and of
+//! replayed jobs: from the events this process appended last (`recent.rs`), else read from
+//! `tenant_log` — one read per bucket of a tenant for all the events asked at once (`seq IN (…)`),
+//! not one per event. In a backlog most leased jobs' events
 //! have left the recent ones, and a read per job was the largest share of requests left (0.42 per
 //! delivered event, issue 17).
 
@@ -16,6 +17,9 @@ use crate::store::{JobRecord, StoreError, StoredEvent};
 /// Most seqs in one `IN` list: a read of one partition, bounded so a reply stays small.
 const SEQS_PER_READ: usize = 64;
 
+/// An event asked for: (tenant, seq, id).
+pub(super) type EventAt<'a> = (&'a str, u64, Uuid);
+
 impl CqlStore {
     /// Each job's event, in the order of `jobs`; `None` where it is no longer stored (retention
     /// expired it) or the seq holds another event.
@@ -23,21 +27,33 @@ impl CqlStore {
         &self,
         jobs: &[&JobRecord],
     ) -> Result<Vec<Option<StoredEvent>>, StoreError> {
-        let mut found: Vec<Option<StoredEvent>> = Vec::with_capacity(jobs.len());
+        let at: Vec<EventAt<'_>> = jobs
+            .iter()
+            .map(|j| (j.tenant.as_str(), j.event_seq, j.event_id))
+            .collect();
+        self.events_at(&at).await
+    }
+
+    /// The events asked for, in their order; `None` where it is no longer stored or the seq
+    /// holds another event.
+    pub(super) async fn events_at(
+        &self,
+        asked: &[EventAt<'_>],
+    ) -> Result<Vec<Option<StoredEvent>>, StoreError> {
+        let mut found: Vec<Option<StoredEvent>> = Vec::with_capacity(asked.len());
         // (tenant, bucket) → seqs to read.
         let mut wanted: HashMap<(&str, u64), Vec<u64>> = HashMap::new();
-        for job in jobs {
-            match self.recent.get(&job.tenant, job.event_seq, job.event_id) {
+        for &(tenant, seq, id) in asked {
+            match self.recent.get(tenant, seq, id) {
                 Some(encoded) => found.push(Some(StoredEvent {
-                    seq: job.event_seq,
+                    seq,
                     event: decode(&encoded)?,
                 })),
                 None => {
                     found.push(None);
-                    let bucket = self.bucket_of(job.event_seq);
-                    let seqs = wanted.entry((job.tenant.as_str(), bucket)).or_default();
-                    if !seqs.contains(&job.event_seq) {
-                        seqs.push(job.event_seq);
+                    let seqs = wanted.entry((tenant, self.bucket_of(seq))).or_default();
+                    if !seqs.contains(&seq) {
+                        seqs.push(seq);
                     }
                 }
             }
@@ -52,11 +68,11 @@ impl CqlStore {
                 read.insert((tenant, event.seq), (id, event));
             }
         }
-        for (slot, job) in found.iter_mut().zip(jobs) {
+        for (slot, &(tenant, seq, id)) in found.iter_mut().zip(asked) {
             if slot.is_none() {
                 *slot = read
-                    .get(&(job.tenant.as_str(), job.event_seq))
-                    .filter(|(id, _)| *id == job.event_id)
+                    .get(&(tenant, seq))
+                    .filter(|(found_id, _)| *found_id == id)
                     .map(|(_, event)| event.clone());
             }
         }

@@ -39,7 +39,6 @@ pub struct JobStatements {
     pub stats_lane: PreparedStatement,
     pub stats_all: PreparedStatement,
     pub stats_put: PreparedStatement,
-    pub log_event_at: PreparedStatement,
     /// Events of one bucket at a list of seqs (`seq IN ?`).
     pub log_events_in: PreparedStatement,
 }
@@ -179,11 +178,6 @@ impl JobStatements {
             stats_put: p(
                 "INSERT INTO delivery_stats (tenant, subscription, lane, stats) \
                  VALUES (?, ?, ?, ?)",
-                Plain,
-            )
-            .await?,
-            log_event_at: p(
-                "SELECT id, event FROM tenant_log WHERE tenant = ? AND bucket = ? AND seq = ?",
                 Plain,
             )
             .await?,

@@ -35,13 +35,14 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::Consistency;
 
 use super::claim::Appended;
+use super::job_events::EventAt;
 use super::log::BoxedRow;
-use super::{as_i64, unavailable, CqlStore};
+use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
-use crate::store::codec::{decode, encode};
+use crate::store::codec::encode;
 use crate::store::{
     lease_job, settle_job, AttemptRecord, DeadLetter, DeliveryStep, InboxEvent, IngestBatch,
-    JobChange, JobRecord, Lane, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
+    JobChange, JobRecord, Lane, Started, StepOutcome, StoreError, EVENT_GONE,
 };
 
 /// Reads or writes of one phase in flight at once.
@@ -307,13 +308,20 @@ impl CqlStore {
                 && now - a.claimed_at <= REWRITE_WINDOW_MS
                 && batch.matches.get(a.index).is_some_and(|m| !m.0.is_empty())
         });
-        let found = all(replayed.map(|a| async move {
-            let event = &batch.events[a.index];
-            let stored = self.stored_event(&event.tenant, a.seq, event.id).await?;
-            Ok::<_, StoreError>(stored.map(|s| (a.index, s.event.received_at_ms)))
-        }))
-        .await?;
-        Ok(found.into_iter().flatten().collect())
+        let replayed: Vec<&Appended> = replayed.collect();
+        let asked: Vec<EventAt<'_>> = replayed
+            .iter()
+            .map(|a| {
+                let event = &batch.events[a.index];
+                (event.tenant.as_str(), a.seq, event.id)
+            })
+            .collect();
+        let found = self.events_at(&asked).await?;
+        Ok(replayed
+            .iter()
+            .zip(found)
+            .filter_map(|(a, stored)| Some((a.index, stored?.event.received_at_ms)))
+            .collect())
     }
 
     pub(super) async fn touch_queue(
@@ -476,31 +484,6 @@ impl CqlStore {
             self.known.forget(j.record.id);
         }
         Ok(())
-    }
-
-    /// The tenant's event at `seq`, if it is still stored and is event `id`.
-    async fn stored_event(
-        &self,
-        tenant: &str,
-        seq: u64,
-        id: Uuid,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        if let Some(encoded) = self.recent.get(tenant, seq, id) {
-            return Ok(Some(StoredEvent {
-                seq,
-                event: decode(&encoded)?,
-            }));
-        }
-        let key = (tenant, as_i64(self.bucket_of(seq))?, as_i64(seq)?);
-        let row: Option<(Option<Uuid>, Option<Vec<u8>>)> =
-            self.first_row(&self.jt.log_event_at, key).await?;
-        match row {
-            Some((Some(found), Some(blob))) if found == id => Ok(Some(StoredEvent {
-                seq,
-                event: decode(&blob)?,
-            })),
-            _ => Ok(None),
-        }
     }
 
     /// Writes a plan: dead letters first, then the job rows it rewrites and removes.
