@@ -906,6 +906,9 @@ async fn r_di_10_a_long_broken_destination_is_auto_disabled_and_announced() {
         &[
             ("STREAMING_HUB_AUTODISABLE_WINDOW_MS", "3000"),
             ("STREAMING_HUB_AUTODISABLE_MIN_SPREAD_MS", "1000"),
+            // The open breaker holds attempts back, and only a failing attempt checks the gates:
+            // at the default 30 s cool-down the verdict waited for the half-open probe.
+            ("STREAMING_HUB_BREAKER_COOL_DOWN_MS", "1000"),
         ],
     )
     .await;

@@ -154,7 +154,7 @@ impl CqlStore {
             // Another process may have written this lane's jobs and statistics since we last
             // held it.
             self.known.forget_lane(lane);
-            self.stats_rows.clear();
+            self.stats_rows.forget_lane(lane);
             tracing::debug!(lane, "holding a delivery lane");
         }
         self.holds.set(lane, Some(until));

@@ -142,9 +142,10 @@ impl StatsRows {
             .collect()
     }
 
-    /// After a lane changed hands: the rows another process wrote win over ours.
-    pub fn clear(&self) {
-        self.lock().clear();
+    /// After `lane` changed hands: the rows another process wrote win over ours. Only that
+    /// lane's: the rows of lanes held all along may hold outcomes not written yet.
+    pub fn forget_lane(&self, lane: Lane) {
+        self.lock().retain(|(_, _, l), _| *l != lane);
     }
 }
 
@@ -437,6 +438,33 @@ mod tests {
         assert_eq!(
             (m.streak.first_failure_ms, m.streak.last_failure_ms),
             (Some(50), Some(200))
+        );
+    }
+
+    /// Taking one lane forgets that lane's rows only: a row of a lane held all along may hold
+    /// outcomes not written yet (a CI run lost one when taking any lane cleared them all).
+    #[test]
+    fn r_cp_12_taking_a_lane_keeps_the_unwritten_rows_of_the_others() {
+        let rows = StatsRows::default();
+        let sub = Uuid::now_v7();
+        for l in [1, 2] {
+            rows.lock().insert(
+                ("t".to_owned(), sub, l),
+                Kept {
+                    stats: lane(&[(100, false)]),
+                    written_ms: 0,
+                    dirty: true,
+                },
+            );
+        }
+        rows.forget_lane(2);
+        let kept = rows.of("t", sub);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].0, 1);
+        assert_eq!(
+            rows.due(0, true).len(),
+            1,
+            "lane 1's outcome is still to be written"
         );
     }
 }
