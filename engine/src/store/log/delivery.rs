@@ -7,7 +7,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::record::Change;
-use super::state::State;
+use super::state::{job_of, State};
 use super::writes::Tx;
 use crate::store::{
     lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, JobChange, JobRecord, Lane,
@@ -51,10 +51,9 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
     let mut stats = StatsCache::default();
     let mut failing: HashSet<(String, Uuid)> = HashSet::new();
     for s in &step.settle {
-        let Some(entry) = tx.state.jobs.get(&s.job) else {
+        let Some((job, leased)) = tx.state.job(s.job) else {
             continue; // replayed, cancelled or settled by an earlier step
         };
-        let (job, leased) = (entry.record(s.job), entry.leased);
         let (change, attempt) = settle_job(&job, &s.settled);
         if let Some(a) = attempt {
             stats.get(tx.state, &job).record(a);
@@ -76,7 +75,7 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
         }
     }
     for id in &step.start {
-        let Some(job) = tx.state.jobs.get(id).map(|e| e.record(*id)) else {
+        let Some((job, _)) = tx.state.job(*id) else {
             continue;
         };
         let next = match lease_job(&job, step.lease_until_ms, step.recovery_limit) {
@@ -166,9 +165,9 @@ pub(super) fn due_jobs(
     queues.rotate_left(start);
     let mut out = Vec::new();
     for due in queues {
-        let ids = due.range(..=(now_ms, u128::MAX)).map(|(_, id)| *id);
+        let ids = due.range(..=(now_ms, u64::MAX, u64::MAX)).map(job_of);
         let ids = ids.filter(|id| !skip.contains(id));
-        let jobs = ids.filter_map(|id| state.jobs.get(&id).map(|e| e.record(id)));
+        let jobs = ids.filter_map(|id| state.job(id).map(|(job, _)| job));
         out.extend(jobs.take(per_tenant).take(limit - out.len()));
         if out.len() == limit {
             break;

@@ -22,6 +22,7 @@ mod record;
 mod replay_tests;
 mod retention;
 mod segments;
+mod seq_index;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -231,7 +232,7 @@ impl Store for LogStore {
                 return Vec::new();
             };
             events
-                .range(after.saturating_add(1)..)
+                .from(after.saturating_add(1))
                 .take(limit)
                 .map(|(_, e)| (e.loc, log.segments.reader(e.loc)))
                 .collect()

@@ -68,7 +68,7 @@ fn expire_events(tx: &mut Tx<'_>, retention: Retention, horizon: i64, expired: &
         let old: Vec<(u64, u128, i64)> = events
             .iter()
             .take_while(|(_, e)| e.received_at_ms < horizon)
-            .map(|(seq, e)| (*seq, e.id.as_u128(), e.received_at_ms))
+            .map(|(seq, e)| (seq, e.id.as_u128(), e.received_at_ms))
             .collect();
         if !old.is_empty() {
             old_by_tenant.push((tenant.clone(), old));
@@ -135,7 +135,7 @@ pub(super) fn drop_spent_segments(tx: &mut Tx<'_>) -> Result<(), StoreError> {
 fn carry_forward(tx: &mut Tx<'_>, seg: u32) -> Result<(), StoreError> {
     let jobs: Vec<_> = (tx.state.jobs.iter())
         .filter(|(_, e)| e.seg == seg)
-        .map(|(id, e)| (e.record(*id), e.leased))
+        .filter_map(|(id, _)| tx.state.job(*id))
         .collect();
     for (job, leased) in jobs {
         tx.change(Change::Job { job, leased });

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 pub(super) use super::job_entry::JobEntry;
 use super::record::{Change, Loc};
+use super::seq_index::SeqIndex;
 use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
 
 /// An event in the inbox index.
@@ -36,8 +37,20 @@ pub(super) struct Forensic {
 
 /// A lane's queue: `(lane, tenant, subscription)`.
 pub(super) type QueueKey = (Lane, Arc<str>, u128);
-/// A queue's jobs by due time: `(due, job)`.
-pub(super) type DueSet = BTreeSet<(i64, u128)>;
+/// A job's place in its queue: `(due, id)`, the id as two halves — a `u128` aligns to 16 and
+/// would make the key 32 bytes instead of 24 (a million pending jobs, issue 17).
+pub(super) type DueKey = (i64, u64, u64);
+/// A queue's jobs by due time.
+pub(super) type DueSet = BTreeSet<DueKey>;
+
+pub(super) fn due_key(due_at_ms: i64, id: u128) -> DueKey {
+    (due_at_ms, (id >> 64) as u64, id as u64)
+}
+
+/// The job id of a place in a queue.
+pub(super) fn job_of(key: &DueKey) -> u128 {
+    (u128::from(key.1) << 64) | u128::from(key.2)
+}
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -46,7 +59,7 @@ pub(super) struct State {
     /// A tenant's last `seq`.
     pub heads: HashMap<String, u64>,
     /// A tenant's events by `seq`.
-    pub events: HashMap<String, BTreeMap<u64, EventEntry>>,
+    pub events: HashMap<String, SeqIndex>,
     /// A tenant's dedup marks: the ce-ids it has (R-IN-6).
     pub dedup: HashMap<String, HashSet<Uuid>>,
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → segment of the record.
@@ -55,6 +68,11 @@ pub(super) struct State {
     pub lasting_marks: BTreeMap<(i64, String, u128), (u64, u32)>,
     /// Boxed: a map of a million grows by doubling, and empty slots then cost a pointer each.
     pub jobs: HashMap<u128, Box<JobEntry>>,
+    /// Queue names by number (a job names its queue by number); a number is freed with its
+    /// queue's last job.
+    queue_keys: Vec<QueueKey>,
+    queue_numbers: HashMap<QueueKey, u32>,
+    free_queue_numbers: Vec<u32>,
     /// Each queue's jobs by due time (the due index a lane pages from); a queue with none is
     /// absent.
     pub queues: BTreeMap<QueueKey, DueSet>,
@@ -115,8 +133,9 @@ impl State {
                 events.insert(seq, entry);
             }
             None => {
-                self.events
-                    .insert(tenant.to_owned(), BTreeMap::from([(seq, entry)]));
+                let mut events = SeqIndex::default();
+                events.insert(seq, entry);
+                self.events.insert(tenant.to_owned(), events);
             }
         }
         match self.dedup.get_mut(tenant) {
@@ -254,32 +273,68 @@ impl State {
         }
     }
 
-    fn queue_of(job: &JobEntry) -> QueueKey {
-        (job.lane, job.tenant.clone(), job.subscription.as_u128())
+    /// The queue a job's number names.
+    pub fn queue_key(&self, job: &JobEntry) -> &QueueKey {
+        &self.queue_keys[job.queue as usize]
+    }
+
+    /// Job `id` as stored, and whether it is leased.
+    pub fn job(&self, id: u128) -> Option<(JobRecord, bool)> {
+        let entry = self.jobs.get(&id)?;
+        Some((entry.record(id, self.queue_key(entry)), entry.leased))
+    }
+
+    fn queue_number(&mut self, key: QueueKey) -> u32 {
+        if let Some(n) = self.queue_numbers.get(&key) {
+            return *n;
+        }
+        let n = match self.free_queue_numbers.pop() {
+            Some(n) => {
+                self.queue_keys[n as usize] = key.clone();
+                n
+            }
+            None => {
+                self.queue_keys.push(key.clone());
+                u32::try_from(self.queue_keys.len() - 1).expect("fewer than 2^32 queues")
+            }
+        };
+        self.queue_numbers.insert(key, n);
+        n
     }
 
     fn put_job(&mut self, job: JobRecord, leased: bool, seg: u32) {
         let id = job.id;
         let tenant = self.tenant_name(&job.tenant);
-        let entry = Box::new(JobEntry::new(job, tenant, leased, seg));
-        let due = (entry.due_at_ms, id);
-        let queue = self.queues.entry(Self::queue_of(&entry)).or_default();
-        if let Some(before) = self.jobs.insert(id, entry) {
-            queue.remove(&(before.due_at_ms, id));
-        }
-        queue.insert(due);
+        let key = (job.lane, tenant, job.subscription.as_u128());
+        // Out of its queue first: were it the queue's last job, its number is freed before a
+        // number is taken for the new entry.
+        self.remove_job(id);
+        let number = self.queue_number(key.clone());
+        let entry = Box::new(JobEntry::new(job, number, leased, seg));
+        self.queues
+            .entry(key)
+            .or_default()
+            .insert(due_key(entry.due_at_ms, id));
+        self.jobs.insert(id, entry);
     }
 
     fn remove_job(&mut self, id: u128) {
-        let Some(gone) = self.jobs.remove(&id) else {
+        if let Some(gone) = self.jobs.remove(&id) {
+            self.unqueue(&gone, id);
+        }
+    }
+
+    /// Takes `job` out of its queue; a queue left empty goes, and its number is freed.
+    fn unqueue(&mut self, job: &JobEntry, id: u128) {
+        let key = self.queue_keys[job.queue as usize].clone();
+        let Some(queue) = self.queues.get_mut(&key) else {
             return;
         };
-        let key = Self::queue_of(&gone);
-        if let Some(queue) = self.queues.get_mut(&key) {
-            queue.remove(&(gone.due_at_ms, id));
-            if queue.is_empty() {
-                self.queues.remove(&key);
-            }
+        queue.remove(&due_key(job.due_at_ms, id));
+        if queue.is_empty() {
+            self.queues.remove(&key);
+            self.queue_numbers.remove(&key);
+            self.free_queue_numbers.push(job.queue);
         }
     }
 
@@ -288,10 +343,12 @@ impl State {
         let Some(events) = self.events.get_mut(tenant) else {
             return;
         };
-        let young = events.split_off(&through.saturating_add(1));
-        let old = std::mem::replace(events, young);
+        let old = events.expire_through(through);
+        if events.is_empty() {
+            self.events.remove(tenant);
+        }
         let mut marks = self.dedup.get_mut(tenant);
-        for entry in old.values() {
+        for entry in &old {
             if let Some(n) = self.live_events.get_mut(&entry.loc.seg) {
                 *n = n.saturating_sub(1);
             }
@@ -316,9 +373,10 @@ impl State {
             let before = entry.due_at_ms;
             entry.due_at_ms = now_ms;
             entry.leased = false;
-            if let Some(queue) = self.queues.get_mut(&Self::queue_of(entry)) {
-                queue.remove(&(before, *id));
-                queue.insert((now_ms, *id));
+            let key = &self.queue_keys[entry.queue as usize];
+            if let Some(queue) = self.queues.get_mut(key) {
+                queue.remove(&due_key(before, *id));
+                queue.insert(due_key(now_ms, *id));
             }
         }
         leased.len()
@@ -336,5 +394,72 @@ fn expire_forensics(
         if let Some(p) = gone.position {
             seen.remove(&p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance::event;
+
+    fn job(tenant: &str, lane: Lane, due_at_ms: i64) -> JobRecord {
+        let mut job = JobRecord::created(&event(tenant, "loan.approved"), 1, Uuid::now_v7(), lane);
+        job.due_at_ms = due_at_ms;
+        job
+    }
+
+    fn at() -> Loc {
+        Loc {
+            seg: 0,
+            offset: 0,
+            len: 1,
+        }
+    }
+
+    /// A job rewritten as its queue's only job keeps its queue, though its number was freed and
+    /// taken again in between (the numbers are reused).
+    #[test]
+    fn r_di_1_a_rewritten_job_keeps_its_queue_when_queue_numbers_are_reused() {
+        let mut state = State::default();
+        let a = job("t-a", 1, 10);
+        state.apply(
+            at(),
+            Change::Job {
+                job: a.clone(),
+                leased: false,
+            },
+        );
+        let mut moved = a.clone();
+        moved.due_at_ms = 20;
+        state.apply(
+            at(),
+            Change::Job {
+                job: moved,
+                leased: true,
+            },
+        );
+        let b = job("t-b", 2, 10);
+        state.apply(
+            at(),
+            Change::Job {
+                job: b.clone(),
+                leased: false,
+            },
+        );
+        let (kept, leased) = state.job(a.id).expect("kept");
+        assert_eq!(
+            (kept.tenant.as_str(), kept.lane, kept.due_at_ms),
+            ("t-a", 1, 20)
+        );
+        assert!(leased);
+        assert_eq!(state.job(b.id).map(|(j, _)| j.tenant), Some("t-b".into()));
+        assert_eq!(state.queues.len(), 2);
+        assert!(
+            state.queues.values().all(|q| q.len() == 1),
+            "no stale place left"
+        );
+        state.apply(at(), Change::JobGone { id: a.id });
+        state.apply(at(), Change::JobGone { id: b.id });
+        assert!(state.queues.is_empty() && state.queue_numbers.is_empty());
     }
 }

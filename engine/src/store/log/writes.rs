@@ -52,7 +52,7 @@ impl Tx<'_> {
 
     /// A tenant's stored event at `seq`, if it is still kept.
     pub fn stored_event(&self, tenant: &str, seq: u64) -> Result<Option<StoredEvent>, StoreError> {
-        let Some(entry) = self.state.events.get(tenant).and_then(|e| e.get(&seq)) else {
+        let Some(entry) = self.state.events.get(tenant).and_then(|e| e.get(seq)) else {
             return Ok(None);
         };
         self.read(entry.loc)?.into_event().map(Some)
