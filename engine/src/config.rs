@@ -86,6 +86,10 @@ pub struct HubConfig {
     /// Metadata refresh, which bounds how fast a new topic is picked up.
     /// Env `STREAMING_HUB_KAFKA_METADATA_REFRESH_MS`. Default 10000.
     pub kafka_metadata_refresh_ms: u32,
+    /// How much librdkafka may prefetch ahead of the shards, in KiB (its consumer queue and
+    /// the most one fetch may bring): memory the hub holds for records not yet judged. Env
+    /// `STREAMING_HUB_KAFKA_PREFETCH_KIB`. Default 16384.
+    pub kafka_prefetch_kib: u32,
     /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
     /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.
     pub kafka_session_timeout_ms: u32,
@@ -201,6 +205,7 @@ impl Default for HubConfig {
             kafka_instance_id: None,
             kafka_sources: Default::default(),
             kafka_metadata_refresh_ms: 10_000,
+            kafka_prefetch_kib: 16 << 10,
             kafka_session_timeout_ms: 45_000,
             shards: 0,
             shard_queue: 8192,
@@ -362,6 +367,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("KAFKA_METADATA_REFRESH_MS") {
             self.kafka_metadata_refresh_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("KAFKA_PREFETCH_KIB") {
+            self.kafka_prefetch_kib = parse(&k, v)?;
         }
         if let Some((k, v)) = env("KAFKA_SESSION_TIMEOUT_MS") {
             self.kafka_session_timeout_ms = parse(&k, v)?;

@@ -32,6 +32,8 @@ pub struct KafkaSettings {
     /// How often librdkafka refreshes metadata, so new matching topics join the subscription.
     pub metadata_refresh_ms: u32,
     pub session_timeout_ms: u32,
+    /// librdkafka's prefetch bound in KiB (`queued.max.messages.kbytes`, `fetch.max.bytes`).
+    pub prefetch_kib: u32,
     /// Static membership (`group.instance.id`): a restarted engine with the same id gets its
     /// partitions back at once instead of after the session timeout.
     pub instance_id: Option<String>,
@@ -171,6 +173,8 @@ pub fn consumer(
 ) -> rdkafka::error::KafkaResult<HubConsumer> {
     let mut config = ClientConfig::new();
     settings.security.apply(&mut config);
+    // librdkafka refuses a fetch bound under its largest message (`message.max.bytes`, ~1 MB).
+    let prefetch_kib = settings.prefetch_kib.max(1024);
     if let Some(id) = &settings.instance_id {
         config.set("group.instance.id", format!("{id}{group_suffix}"));
     }
@@ -185,7 +189,13 @@ pub fn consumer(
             "topic.metadata.refresh.interval.ms",
             settings.metadata_refresh_ms.to_string(),
         )
-        .set("queued.max.messages.kbytes", "65536")
+        // The bound on records held for the shards: the queue, and one fetch's reply (50 MiB
+        // by default, more than the queue).
+        .set("queued.max.messages.kbytes", prefetch_kib.to_string())
+        .set(
+            "fetch.max.bytes",
+            (u64::from(prefetch_kib) * 1024).to_string(),
+        )
         // Consumer lag per partition for `/metrics` (`HubContext::stats`).
         .set("statistics.interval.ms", "5000")
         .set(
