@@ -87,8 +87,9 @@ pub struct HubConfig {
     /// Env `STREAMING_HUB_KAFKA_METADATA_REFRESH_MS`. Default 10000.
     pub kafka_metadata_refresh_ms: u32,
     /// How much librdkafka may prefetch ahead of the shards, in KiB (its consumer queue and
-    /// the most one fetch may bring): memory the hub holds for records not yet judged. Env
-    /// `STREAMING_HUB_KAFKA_PREFETCH_KIB`. Default 16384.
+    /// the most one fetch may bring): memory the hub holds for records not yet judged. Lower
+    /// saves memory and costs ingest speed: 16 MiB took the embedded ingest-backlog from 118 k to
+    /// 54 k records/s (issue 17). Env `STREAMING_HUB_KAFKA_PREFETCH_KIB`. Default 65536.
     pub kafka_prefetch_kib: u32,
     /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
     /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.
@@ -205,7 +206,7 @@ impl Default for HubConfig {
             kafka_instance_id: None,
             kafka_sources: Default::default(),
             kafka_metadata_refresh_ms: 10_000,
-            kafka_prefetch_kib: 16 << 10,
+            kafka_prefetch_kib: 64 << 10,
             kafka_session_timeout_ms: 45_000,
             shards: 0,
             shard_queue: 8192,

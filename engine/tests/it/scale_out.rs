@@ -544,7 +544,7 @@ async fn r_op_1_a_consumer_leaving_its_group_gives_up_waiting_after_its_bound() 
         group_id: format!("leave-{}", Uuid::now_v7().simple()),
         metadata_refresh_ms: 1_000,
         session_timeout_ms: 6_000,
-        prefetch_kib: 16 << 10,
+        prefetch_kib: 64 << 10,
         instance_id: None,
         security: Default::default(),
         sources: Default::default(),
