@@ -228,6 +228,11 @@ impl CqlControlStore {
 
 #[async_trait]
 impl ControlStore for CqlControlStore {
+    /// The log entry is written just before the row.
+    fn rows_may_lag_log(&self) -> bool {
+        true
+    }
+
     async fn create(&self, sub: &Subscription) -> Result<(), ControlStoreError> {
         self.log_change(sub).await?;
         let mut batch = Self::conditional_batch();

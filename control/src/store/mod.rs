@@ -144,6 +144,13 @@ pub trait ControlStore: Send + Sync + std::fmt::Debug {
     /// must be `expected + 1`), keeping the name index true; appends to the revision log.
     async fn replace(&self, sub: &Subscription, expected: u64) -> Result<(), ControlStoreError>;
 
+    /// Whether a change's log entry may be read before its row lands (CQL writes the entry
+    /// first): a follower then reads the change's subscription again for a while. The embedded
+    /// store writes both in one transaction, so what a follower reads is never behind its entry.
+    fn rows_may_lag_log(&self) -> bool {
+        false
+    }
+
     /// Log entries after `revision`, oldest first.
     async fn changes_since(
         &self,
