@@ -156,7 +156,7 @@ pub(super) fn due_jobs(
         let from = (lane, empty.clone(), 0);
         let to = (lane.saturating_add(1), empty.clone(), 0);
         let lane_queues = state.queues.range(from..to).filter(|(k, _)| k.0 == lane);
-        queues.extend(lane_queues.map(|(_, due)| due));
+        queues.extend(lane_queues.map(|(_, queue)| &queue.due));
     }
     if queues.is_empty() {
         return Vec::new();

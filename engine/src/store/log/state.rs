@@ -43,6 +43,20 @@ pub(super) type DueKey = (i64, u64, u64);
 /// A queue's jobs by due time.
 pub(super) type DueSet = BTreeSet<DueKey>;
 
+/// A queue: its number (what its jobs name it by) and its jobs by due time.
+#[derive(Debug)]
+pub(super) struct Queue {
+    number: u32,
+    pub due: DueSet,
+}
+
+impl Queue {
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+}
+
 pub(super) fn due_key(due_at_ms: i64, id: u128) -> DueKey {
     (due_at_ms, (id >> 64) as u64, id as u64)
 }
@@ -71,11 +85,10 @@ pub(super) struct State {
     /// Queue names by number (a job names its queue by number); a number is freed with its
     /// queue's last job.
     queue_keys: Vec<QueueKey>,
-    queue_numbers: HashMap<QueueKey, u32>,
     free_queue_numbers: Vec<u32>,
-    /// Each queue's jobs by due time (the due index a lane pages from); a queue with none is
-    /// absent.
-    pub queues: BTreeMap<QueueKey, DueSet>,
+    /// Each queue's number and jobs by due time (the due index a lane pages from); a queue with
+    /// none is absent.
+    pub queues: BTreeMap<QueueKey, Queue>,
     /// `(tenant, subscription, job)` → the letter and the segment of its record.
     pub dead: BTreeMap<(String, u128, u128), (DeadLetter, u32)>,
     pub stats: HashMap<(String, Uuid), DeliveryStats>,
@@ -284,11 +297,9 @@ impl State {
         Some((entry.record(id, self.queue_key(entry)), entry.leased))
     }
 
-    fn queue_number(&mut self, key: QueueKey) -> u32 {
-        if let Some(n) = self.queue_numbers.get(&key) {
-            return *n;
-        }
-        let n = match self.free_queue_numbers.pop() {
+    /// A number for a new queue: a freed one, or the next.
+    fn new_queue_number(&mut self, key: &QueueKey) -> u32 {
+        match self.free_queue_numbers.pop() {
             Some(n) => {
                 self.queue_keys[n as usize] = key.clone();
                 n
@@ -297,24 +308,41 @@ impl State {
                 self.queue_keys.push(key.clone());
                 u32::try_from(self.queue_keys.len() - 1).expect("fewer than 2^32 queues")
             }
-        };
-        self.queue_numbers.insert(key, n);
-        n
+        }
     }
 
     fn put_job(&mut self, job: JobRecord, leased: bool, seg: u32) {
         let id = job.id;
+        if let Some(entry) = self.jobs.get_mut(&id) {
+            // A rewrite (lease, retry, recovery): same queue, so its number and box are kept
+            // and only its place in the queue moves.
+            let before = due_key(entry.due_at_ms, id);
+            **entry = JobEntry::new(job, entry.queue, leased, seg);
+            let after = due_key(entry.due_at_ms, id);
+            if before != after {
+                let queue = self.queues.get_mut(&self.queue_keys[entry.queue as usize]);
+                if let Some(queue) = queue {
+                    queue.due.remove(&before);
+                    queue.due.insert(after);
+                }
+            }
+            return;
+        }
         let tenant = self.tenant_name(&job.tenant);
         let key = (job.lane, tenant, job.subscription.as_u128());
-        // Out of its queue first: were it the queue's last job, its number is freed before a
-        // number is taken for the new entry.
-        self.remove_job(id);
-        let number = self.queue_number(key.clone());
+        let number = match self.queues.get(&key) {
+            Some(queue) => queue.number,
+            None => {
+                let number = self.new_queue_number(&key);
+                let due = DueSet::new();
+                self.queues.insert(key.clone(), Queue { number, due });
+                number
+            }
+        };
         let entry = Box::new(JobEntry::new(job, number, leased, seg));
-        self.queues
-            .entry(key)
-            .or_default()
-            .insert(due_key(entry.due_at_ms, id));
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.due.insert(due_key(entry.due_at_ms, id));
+        }
         self.jobs.insert(id, entry);
     }
 
@@ -326,14 +354,13 @@ impl State {
 
     /// Takes `job` out of its queue; a queue left empty goes, and its number is freed.
     fn unqueue(&mut self, job: &JobEntry, id: u128) {
-        let key = self.queue_keys[job.queue as usize].clone();
+        let key = self.queue_key(job).clone();
         let Some(queue) = self.queues.get_mut(&key) else {
             return;
         };
-        queue.remove(&due_key(job.due_at_ms, id));
-        if queue.is_empty() {
+        queue.due.remove(&due_key(job.due_at_ms, id));
+        if queue.due.is_empty() {
             self.queues.remove(&key);
-            self.queue_numbers.remove(&key);
             self.free_queue_numbers.push(job.queue);
         }
     }
@@ -373,10 +400,9 @@ impl State {
             let before = entry.due_at_ms;
             entry.due_at_ms = now_ms;
             entry.leased = false;
-            let key = &self.queue_keys[entry.queue as usize];
-            if let Some(queue) = self.queues.get_mut(key) {
-                queue.remove(&due_key(before, *id));
-                queue.insert(due_key(now_ms, *id));
+            if let Some(queue) = self.queues.get_mut(&self.queue_keys[entry.queue as usize]) {
+                queue.due.remove(&due_key(before, *id));
+                queue.due.insert(due_key(now_ms, *id));
             }
         }
         leased.len()
@@ -416,8 +442,8 @@ mod tests {
         }
     }
 
-    /// A job rewritten as its queue's only job keeps its queue, though its number was freed and
-    /// taken again in between (the numbers are reused).
+    /// A job rewritten as its queue's only job keeps its queue and one place in it; a queue
+    /// emptied frees its number, and the numbers are reused.
     #[test]
     fn r_di_1_a_rewritten_job_keeps_its_queue_when_queue_numbers_are_reused() {
         let mut state = State::default();
@@ -460,6 +486,8 @@ mod tests {
         );
         state.apply(at(), Change::JobGone { id: a.id });
         state.apply(at(), Change::JobGone { id: b.id });
-        assert!(state.queues.is_empty() && state.queue_numbers.is_empty());
+        assert!(
+            state.queues.is_empty() && state.free_queue_numbers.len() == state.queue_keys.len()
+        );
     }
 }
