@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::Store;
+use crate::store::Jobs;
 
 /// How long a lane gathers start lags before it reports one.
 pub const WINDOW_MS: i64 = 1_000;
@@ -201,7 +201,7 @@ impl Backpressure {
 }
 
 /// Evaluates the gate every 250 ms until `stop` (on tokio). Not started when no bound is on.
-pub async fn watch(bp: Arc<Backpressure>, store: Arc<dyn Store>, stop: Arc<AtomicBool>) {
+pub async fn watch(bp: Arc<Backpressure>, store: Arc<dyn Jobs>, stop: Arc<AtomicBool>) {
     let metrics = &crate::telemetry::METRICS;
     metrics.backpressure_bounds(&bp.bounds);
     let mut gate = Gate::Open { probe_until: 0 };

@@ -15,11 +15,11 @@ use rdkafka::ClientConfig;
 use uuid::Uuid;
 
 use crate::ingest::jobs::JobRouting;
-use crate::store::{Fence, InboxEvent, IngestBatch, Store, UnitId};
+use crate::store::{Fence, InboxEvent, Ingest, IngestBatch, UnitId};
 
 /// Writes hub events into the store on the tokio side, and publishes them to Kafka.
 pub struct PipelineEvents {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn Ingest>,
     pub routing: Option<JobRouting>,
     pub tokio: tokio::runtime::Handle,
     pub kafka: Option<FutureProducer>,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use hub_core::ownership::{EngineOwnership, LaneOwnership};
 
 use super::ownership::{LaneOwned, Owned, Ownership};
-use crate::store::{LaneReport, Store, StoreError};
+use crate::store::{LaneHolds, LaneReport, StoreError};
 
 /// How often the report is published (the control plane's list is this stale at most, plus a
 /// store read).
@@ -20,7 +20,7 @@ pub const PUBLISH_EVERY: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Reporter {
     pub ownership: Arc<Ownership>,
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn LaneHolds>,
     /// The static consumer-group member id, when set.
     pub instance: Option<String>,
 }

@@ -17,7 +17,7 @@
 use hub_core::model::Subscription;
 
 use crate::matching::{wants, EventFacts};
-use crate::store::{Store, StoreError, StoredEvent};
+use crate::store::{EventLog, StoreError, StoredEvent};
 
 /// Most events one read scans (kept or not): a subscription that matches little still answers
 /// in bounded time, with a cursor past what it scanned.
@@ -36,7 +36,7 @@ pub struct PullPage {
 
 /// Reads a page for `sub` (a pull subscription of the caller's tenant).
 pub async fn read_page(
-    store: &dyn Store,
+    store: &dyn EventLog,
     sub: &Subscription,
     after: Option<u64>,
     limit: usize,
@@ -80,7 +80,7 @@ fn empty(at: u64) -> PullPage {
 /// Scans the log from `from` until `limit` events are kept, the log ends, or [`SCAN_MAX`]
 /// events were scanned. Events received at or before `received_after` are passed over.
 async fn scan(
-    store: &dyn Store,
+    store: &dyn EventLog,
     sub: &Subscription,
     from: u64,
     limit: usize,
@@ -135,6 +135,7 @@ pub fn keep_from(
 mod tests {
     use super::*;
     use crate::store::conformance::event;
+    use crate::store::Ingest;
     use hub_core::model::SinkKind;
 
     fn stored(seq: u64, key: &str, received: i64) -> StoredEvent {

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ownership::{Ownership, STRAY_GRACE_MS};
-use crate::store::{LaneSurvey, Store};
+use crate::store::{LaneHolds, LaneSurvey};
 
 const SURVEY_EVERY: Duration = Duration::from_secs(2);
 
 /// Runs until `stop`.
-pub async fn survey(ownership: Arc<Ownership>, store: Arc<dyn Store>, stop: Arc<AtomicBool>) {
+pub async fn survey(ownership: Arc<Ownership>, store: Arc<dyn LaneHolds>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Acquire) {
         tokio::time::sleep(SURVEY_EVERY).await;
         let (assigned, strays) = ownership.survey_input();

@@ -11,7 +11,7 @@ use crate::ingest::kafka::{no_topic_yet, HubConsumer};
 
 use super::kafka::record_from;
 use super::{bounded_headers, RecordIn};
-use crate::store::{DlqObservation, Store, QUARANTINE_VALUE_PREFIX};
+use crate::store::{DlqObservation, Forensics, QUARANTINE_VALUE_PREFIX};
 use crate::verdict::{dlq_topic_source, Attr, CeHeaders};
 
 /// Turns a `.dlq` record into an observation, keeping the `x-lerian-dlq-*` headers.
@@ -44,7 +44,7 @@ pub fn observation(r: &RecordIn, now_ms: i64) -> DlqObservation {
 /// Polls `.dlq` topics until `stop`, recording observations before committing their offsets.
 pub fn run_dlq_consumer(
     consumer: HubConsumer,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Forensics>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
     leave_within: Duration,
@@ -55,7 +55,7 @@ pub fn run_dlq_consumer(
 
 fn observe_until_stopped(
     consumer: &HubConsumer,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Forensics>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,
 ) {

@@ -18,13 +18,13 @@ use hub_core::error::{ApiError, ErrorCode};
 use super::jobs::JobRouting;
 use super::{distinct_keys, judge_into, Judged, KeyObserver, RecordIn};
 use crate::delivery::backpressure::Backpressure;
-use crate::store::{Fence, IngestBatch, Store, UnitId};
+use crate::store::{Fence, Ingest, IngestBatch, UnitId};
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
 /// What the ingest route needs.
 #[derive(Debug, Clone)]
 pub struct HttpIngest {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn Ingest>,
     pub counters: Arc<VerdictCounters>,
     pub limits: VerdictLimits,
     /// Told the events of every durable batch (the catalog), if any.

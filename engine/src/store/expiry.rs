@@ -5,14 +5,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Store;
+use super::StoreOps;
 
 /// How often a pass runs. Windows are days long; a minute late is nothing, and a pass that finds
 /// nothing old reads one row per tenant and table.
 pub const EVERY: Duration = Duration::from_secs(60);
 
 /// Runs passes until `stop`.
-pub async fn run(store: Arc<dyn Store>, every: Duration, stop: Arc<AtomicBool>) {
+pub async fn run(store: Arc<dyn StoreOps>, every: Duration, stop: Arc<AtomicBool>) {
     let tick = Duration::from_millis(200).min(every);
     let mut waited = every; // the first pass at once
     while !stop.load(Ordering::Acquire) {

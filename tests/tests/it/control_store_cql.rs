@@ -30,7 +30,7 @@ async fn r_cp_13_cql_control_store_passes_the_conformance_suite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_cp_15_engine_recorded_keys_reach_the_control_store() {
     use hub_engine::store::cql::{CqlSettings, CqlStore};
-    use hub_engine::store::Store;
+    use hub_engine::store::Ingest;
     require("cassandra", CQL);
     let keyspace = "hub_catalog_it";
     let engine_store = CqlStore::connect(CqlSettings {

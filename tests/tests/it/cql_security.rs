@@ -6,7 +6,7 @@
 use hub_control::store::cql::CqlControlStore;
 use hub_core::cql::CqlAccess;
 use hub_engine::store::cql::{CqlSettings, CqlStore};
-use hub_engine::store::Store;
+use hub_engine::store::Jobs;
 use hub_tests::{report, require, test_ca, CQL_SECURE};
 
 fn access(password: &str, tls: bool) -> CqlAccess {

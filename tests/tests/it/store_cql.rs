@@ -7,7 +7,10 @@ use std::collections::HashSet;
 
 use hub_engine::store::conformance::{event, run_all};
 use hub_engine::store::cql::{CqlSettings, CqlStore};
-use hub_engine::store::{DeliveryStep, Fence, IngestBatch, Lane, Matches, Store, UnitId};
+use hub_engine::store::{
+    DeliveryStep, EventLog, Fence, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Matches, Store,
+    StoreOps, UnitId,
+};
 use hub_tests::{report, require, unique, CQL};
 use scylla::client::session_builder::SessionBuilder;
 

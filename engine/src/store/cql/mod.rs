@@ -47,8 +47,8 @@ use uuid::Uuid;
 
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DlqObservation, Fence, ForensicsFilter, IngestBatch, Page, QuarantineRecord,
-    Store, StoreError, StoredEvent, UnitId,
+    BatchOutcome, DlqObservation, EventLog, Fence, Forensics, ForensicsFilter, Ingest, IngestBatch,
+    Jobs, LaneHolds, Page, QuarantineRecord, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use job_statements::JobStatements;
 use lwt::lwt;
@@ -287,111 +287,7 @@ impl CqlStore {
 const CLAIM_ATTEMPTS: usize = 64;
 
 #[async_trait]
-impl Store for CqlStore {
-    async fn due_jobs(
-        &self,
-        lanes: Vec<super::Lane>,
-        now_ms: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<std::collections::HashSet<u128>>,
-    ) -> Result<Vec<super::JobRecord>, StoreError> {
-        self.flush_idle_stats().await?;
-        self.write_counts(false).await?;
-        self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)
-            .await
-    }
-
-    async fn delivery_step(
-        &self,
-        step: super::DeliveryStep,
-    ) -> Result<super::StepOutcome, StoreError> {
-        self.step(step).await
-    }
-
-    async fn dead_letters(
-        &self,
-        tenant: &str,
-        subscription: uuid::Uuid,
-        cursor: Option<u128>,
-        limit: usize,
-    ) -> Result<(Vec<super::DeadLetter>, Option<u128>), StoreError> {
-        self.list_dead_letters(tenant, subscription, cursor, limit)
-            .await
-    }
-
-    async fn replay_dead_letters(
-        &self,
-        tenant: &str,
-        subscription: uuid::Uuid,
-        jobs: Option<Vec<u128>>,
-        now_ms: i64,
-    ) -> Result<u64, StoreError> {
-        self.replay(tenant, subscription, jobs, now_ms).await
-    }
-
-    async fn delivery_stats(
-        &self,
-        tenant: &str,
-        subscription: uuid::Uuid,
-    ) -> Result<super::DeliveryStats, StoreError> {
-        self.subscription_stats(tenant, subscription).await
-    }
-
-    async fn pending_jobs(&self) -> Result<u64, StoreError> {
-        self.pending().await
-    }
-
-    /// Every row that expires is written with its window as TTL: the server removes it.
-    async fn expire(&self, _now_ms: i64) -> Result<super::Expired, StoreError> {
-        Ok(super::Expired::default())
-    }
-
-    async fn release_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
-        self.let_go(&lanes).await
-    }
-
-    fn holds_lane(&self, lane: super::Lane, now_ms: i64) -> bool {
-        self.holds.holds(lane, now_ms)
-    }
-
-    async fn keep_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
-        self.hold_lanes(&lanes, crate::clock::now_ms()).await?;
-        Ok(())
-    }
-
-    async fn survey_lanes(
-        &self,
-        survey: super::LaneSurvey,
-    ) -> Result<super::LaneSurveyFound, StoreError> {
-        self.survey(survey).await
-    }
-
-    async fn lane_report(
-        &self,
-        lanes: Vec<super::Lane>,
-    ) -> Result<Vec<super::LaneReport>, StoreError> {
-        self.report(lanes).await
-    }
-
-    fn holder_id(&self) -> String {
-        self.holds.owner.to_string()
-    }
-
-    async fn publish_ownership(
-        &self,
-        report: &hub_core::ownership::EngineOwnership,
-    ) -> Result<(), StoreError> {
-        self.put_ownership(report).await
-    }
-
-    async fn ownership_reports(
-        &self,
-    ) -> Result<Vec<hub_core::ownership::EngineOwnership>, StoreError> {
-        self.all_ownership().await
-    }
-
+impl Ingest for CqlStore {
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
         for _ in 0..CLAIM_ATTEMPTS {
             let answer = match self.read_unit(unit).await? {
@@ -480,6 +376,31 @@ impl Store for CqlStore {
             .filter(|n| *n >= 0))
     }
 
+    async fn record_catalog_keys(
+        &self,
+        keys: Vec<(String, String, u32)>,
+    ) -> Result<(), StoreError> {
+        let writes = keys.iter().map(|(key, origin, major)| {
+            let major = i32::try_from(*major).unwrap_or(i32::MAX);
+            self.session
+                .execute_unpaged(&self.st.catalog_key, (key, origin, major))
+        });
+        futures::future::try_join_all(writes)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// A lease counts only for the process that took it (`StoredJob::leased_by`), and a job
+    /// created leased keeps its row where an unleased one's is: another holder, or this process after a
+    /// restart, pages it at once.
+    fn leases_at_ingest(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait]
+impl EventLog for CqlStore {
     async fn read_events(
         &self,
         tenant: &str,
@@ -503,7 +424,10 @@ impl Store for CqlStore {
         self.move_pull_position(tenant, subscription, from, to)
             .await
     }
+}
 
+#[async_trait]
+impl Forensics for CqlStore {
     async fn list_quarantine(
         &self,
         filter: &ForensicsFilter,
@@ -534,35 +458,126 @@ impl Store for CqlStore {
         })
         .await
     }
+}
 
-    async fn record_catalog_keys(
+#[async_trait]
+impl Jobs for CqlStore {
+    async fn due_jobs(
         &self,
-        keys: Vec<(String, String, u32)>,
-    ) -> Result<(), StoreError> {
-        let writes = keys.iter().map(|(key, origin, major)| {
-            let major = i32::try_from(*major).unwrap_or(i32::MAX);
-            self.session
-                .execute_unpaged(&self.st.catalog_key, (key, origin, major))
-        });
-        futures::future::try_join_all(writes)
+        lanes: Vec<super::Lane>,
+        now_ms: i64,
+        per_tenant: usize,
+        limit: usize,
+        rotation: u64,
+        skip: Arc<std::collections::HashSet<u128>>,
+    ) -> Result<Vec<super::JobRecord>, StoreError> {
+        self.flush_idle_stats().await?;
+        self.write_counts(false).await?;
+        self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)
             .await
-            .map_err(unavailable)?;
-        Ok(())
     }
 
-    fn write_timings(&self) -> Vec<PhaseTotal> {
-        self.timings.snapshot()
+    async fn delivery_step(
+        &self,
+        step: super::DeliveryStep,
+    ) -> Result<super::StepOutcome, StoreError> {
+        self.step(step).await
     }
 
-    /// A lease counts only for the process that took it (`StoredJob::leased_by`), and a job
-    /// created leased keeps its row where an unleased one's is: another holder, or this process after a
-    /// restart, pages it at once.
-    fn leases_at_ingest(&self) -> bool {
-        true
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        subscription: uuid::Uuid,
+        cursor: Option<u128>,
+        limit: usize,
+    ) -> Result<(Vec<super::DeadLetter>, Option<u128>), StoreError> {
+        self.list_dead_letters(tenant, subscription, cursor, limit)
+            .await
+    }
+
+    async fn replay_dead_letters(
+        &self,
+        tenant: &str,
+        subscription: uuid::Uuid,
+        jobs: Option<Vec<u128>>,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        self.replay(tenant, subscription, jobs, now_ms).await
+    }
+
+    async fn delivery_stats(
+        &self,
+        tenant: &str,
+        subscription: uuid::Uuid,
+    ) -> Result<super::DeliveryStats, StoreError> {
+        self.subscription_stats(tenant, subscription).await
+    }
+
+    async fn pending_jobs(&self) -> Result<u64, StoreError> {
+        self.pending().await
     }
 
     fn wake_pages(&self, lanes: &[super::Lane]) {
         self.paging.wake(lanes);
+    }
+}
+
+#[async_trait]
+impl LaneHolds for CqlStore {
+    async fn release_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
+        self.let_go(&lanes).await
+    }
+
+    fn holds_lane(&self, lane: super::Lane, now_ms: i64) -> bool {
+        self.holds.holds(lane, now_ms)
+    }
+
+    async fn keep_lanes(&self, lanes: Vec<super::Lane>) -> Result<(), StoreError> {
+        self.hold_lanes(&lanes, crate::clock::now_ms()).await?;
+        Ok(())
+    }
+
+    async fn survey_lanes(
+        &self,
+        survey: super::LaneSurvey,
+    ) -> Result<super::LaneSurveyFound, StoreError> {
+        self.survey(survey).await
+    }
+
+    async fn lane_report(
+        &self,
+        lanes: Vec<super::Lane>,
+    ) -> Result<Vec<super::LaneReport>, StoreError> {
+        self.report(lanes).await
+    }
+
+    fn holder_id(&self) -> String {
+        self.holds.owner.to_string()
+    }
+
+    async fn publish_ownership(
+        &self,
+        report: &hub_core::ownership::EngineOwnership,
+    ) -> Result<(), StoreError> {
+        self.put_ownership(report).await
+    }
+
+    async fn ownership_reports(
+        &self,
+    ) -> Result<Vec<hub_core::ownership::EngineOwnership>, StoreError> {
+        self.all_ownership().await
+    }
+}
+
+#[async_trait]
+impl StoreOps for CqlStore {
+    /// Every row that expires is written with its window as TTL: the server removes it.
+    async fn expire(&self, _now_ms: i64) -> Result<super::Expired, StoreError> {
+        Ok(super::Expired::default())
+    }
+
+    fn write_timings(&self) -> Vec<PhaseTotal> {
+        self.timings.snapshot()
     }
 
     fn cql_requests(&self) -> Vec<super::CqlRequests> {

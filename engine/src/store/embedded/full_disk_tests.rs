@@ -4,7 +4,7 @@ use hub_core::redb_handle::testing::{fill, Tmpfs};
 
 use crate::store::conformance::write_big_event;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{Store, UnitId};
+use crate::store::{EventLog, Ingest, StoreOps, UnitId};
 
 /// Issue 19's full disk, R-IN-7: a write that finds no space fails whole and says why; the
 /// store keeps saying so (for readiness) while the disk is full; once space is freed the

@@ -27,9 +27,9 @@ use uuid::Uuid;
 use super::codec::{decode, encode};
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, Fence, ForensicsFilter,
-    IngestBatch, JobRecord, Lane, Page, QuarantineRecord, StepOutcome, Store, StoreError,
-    StoredEvent, UnitId,
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, EventLog, Fence,
+    Forensics, ForensicsFilter, Ingest, IngestBatch, JobRecord, Jobs, Lane, LaneHolds, Page,
+    QuarantineRecord, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use crate::store::unavailable;
 use tables::*;
@@ -119,24 +119,7 @@ impl EmbeddedStore {
 }
 
 #[async_trait]
-impl Store for EmbeddedStore {
-    async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError> {
-        if let Ok(mut kept) = self.ownership.lock() {
-            *kept = Some(report.clone());
-        }
-        Ok(())
-    }
-
-    async fn ownership_reports(&self) -> Result<Vec<EngineOwnership>, StoreError> {
-        Ok(self
-            .ownership
-            .lock()
-            .ok()
-            .and_then(|kept| kept.clone())
-            .into_iter()
-            .collect())
-    }
-
+impl Ingest for EmbeddedStore {
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
         let unit = unit.clone();
         self.blocking(move |db| {
@@ -183,90 +166,6 @@ impl Store for EmbeddedStore {
             .map_err(|_| StoreError::Unavailable("the embedded committer stopped".into()))?
     }
 
-    async fn due_jobs(
-        &self,
-        lanes: Vec<Lane>,
-        now_ms: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<HashSet<u128>>,
-    ) -> Result<Vec<JobRecord>, StoreError> {
-        self.blocking(move |db| {
-            delivery::due_jobs(db, &lanes, now_ms, per_tenant, limit, rotation, &skip)
-        })
-        .await
-    }
-
-    async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
-        let (reply, outcome) = tokio::sync::oneshot::channel();
-        self.commits
-            .submit(group_commit::Work::Step { step, reply })?;
-        outcome
-            .await
-            .map_err(|_| StoreError::Unavailable("the embedded committer stopped".into()))?
-    }
-
-    async fn dead_letters(
-        &self,
-        tenant: &str,
-        subscription: Uuid,
-        cursor: Option<u128>,
-        limit: usize,
-    ) -> Result<(Vec<DeadLetter>, Option<u128>), StoreError> {
-        let tenant = tenant.to_owned();
-        self.blocking(move |db| delivery::dead_letters(db, &tenant, subscription, cursor, limit))
-            .await
-    }
-
-    async fn replay_dead_letters(
-        &self,
-        tenant: &str,
-        subscription: Uuid,
-        jobs: Option<Vec<u128>>,
-        now_ms: i64,
-    ) -> Result<u64, StoreError> {
-        let tenant = tenant.to_owned();
-        self.blocking(move |db| {
-            let txn = db.begin_write().map_err(unavailable)?;
-            let n = delivery::replay(&txn, &tenant, subscription, jobs.as_deref(), now_ms)?;
-            txn.commit().map_err(unavailable)?;
-            Ok(n)
-        })
-        .await
-    }
-
-    async fn delivery_stats(
-        &self,
-        tenant: &str,
-        subscription: Uuid,
-    ) -> Result<DeliveryStats, StoreError> {
-        let tenant = tenant.to_owned();
-        self.blocking(move |db| delivery::stats(db, &tenant, subscription))
-            .await
-    }
-
-    async fn pending_jobs(&self) -> Result<u64, StoreError> {
-        self.blocking(delivery::pending).await
-    }
-
-    async fn expire(&self, now_ms: i64) -> Result<super::Expired, StoreError> {
-        let (retention, cursor) = (self.retention, self.dead_letter_cursor.clone());
-        self.blocking(move |db| {
-            let mut cursor = cursor.lock().unwrap_or_else(|e| e.into_inner());
-            retention::expire(db, retention, now_ms, &mut cursor)
-        })
-        .await
-    }
-
-    fn write_timings(&self) -> Vec<PhaseTotal> {
-        self.timings.snapshot()
-    }
-
-    fn write_failure(&self) -> Option<String> {
-        self.db.write_failure()
-    }
-
     async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {
         let unit = unit.clone();
         self.blocking(move |db| {
@@ -279,7 +178,10 @@ impl Store for EmbeddedStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl EventLog for EmbeddedStore {
     async fn read_events(
         &self,
         tenant: &str,
@@ -345,7 +247,10 @@ impl Store for EmbeddedStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl Forensics for EmbeddedStore {
     async fn list_quarantine(
         &self,
         filter: &ForensicsFilter,
@@ -414,6 +319,116 @@ impl Store for EmbeddedStore {
     }
 }
 
+#[async_trait]
+impl Jobs for EmbeddedStore {
+    async fn due_jobs(
+        &self,
+        lanes: Vec<Lane>,
+        now_ms: i64,
+        per_tenant: usize,
+        limit: usize,
+        rotation: u64,
+        skip: Arc<HashSet<u128>>,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        self.blocking(move |db| {
+            delivery::due_jobs(db, &lanes, now_ms, per_tenant, limit, rotation, &skip)
+        })
+        .await
+    }
+
+    async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        self.commits
+            .submit(group_commit::Work::Step { step, reply })?;
+        outcome
+            .await
+            .map_err(|_| StoreError::Unavailable("the embedded committer stopped".into()))?
+    }
+
+    async fn dead_letters(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        cursor: Option<u128>,
+        limit: usize,
+    ) -> Result<(Vec<DeadLetter>, Option<u128>), StoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| delivery::dead_letters(db, &tenant, subscription, cursor, limit))
+            .await
+    }
+
+    async fn replay_dead_letters(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        jobs: Option<Vec<u128>>,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            let n = delivery::replay(&txn, &tenant, subscription, jobs.as_deref(), now_ms)?;
+            txn.commit().map_err(unavailable)?;
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn delivery_stats(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+    ) -> Result<DeliveryStats, StoreError> {
+        let tenant = tenant.to_owned();
+        self.blocking(move |db| delivery::stats(db, &tenant, subscription))
+            .await
+    }
+
+    async fn pending_jobs(&self) -> Result<u64, StoreError> {
+        self.blocking(delivery::pending).await
+    }
+}
+
+#[async_trait]
+impl LaneHolds for EmbeddedStore {
+    async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError> {
+        if let Ok(mut kept) = self.ownership.lock() {
+            *kept = Some(report.clone());
+        }
+        Ok(())
+    }
+
+    async fn ownership_reports(&self) -> Result<Vec<EngineOwnership>, StoreError> {
+        Ok(self
+            .ownership
+            .lock()
+            .ok()
+            .and_then(|kept| kept.clone())
+            .into_iter()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl StoreOps for EmbeddedStore {
+    async fn expire(&self, now_ms: i64) -> Result<super::Expired, StoreError> {
+        let (retention, cursor) = (self.retention, self.dead_letter_cursor.clone());
+        self.blocking(move |db| {
+            let mut cursor = cursor.lock().unwrap_or_else(|e| e.into_inner());
+            retention::expire(db, retention, now_ms, &mut cursor)
+        })
+        .await
+    }
+
+    fn write_timings(&self) -> Vec<PhaseTotal> {
+        self.timings.snapshot()
+    }
+
+    fn write_failure(&self) -> Option<String> {
+        self.db.write_failure()
+    }
+}
+
 /// Reads rows from a cursor, keeps those `keep` accepts, stops at `limit`.
 fn scan_page<'a, T, R>(
     range: R,
@@ -460,7 +475,7 @@ mod tests {
     async fn r_op_2_embedded_store_passes_the_conformance_suite() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = EmbeddedStore::open(&dir.path().join("hub.redb")).expect("open");
-        let store: Arc<dyn Store> = Arc::new(store);
+        let store: Arc<dyn crate::store::Store> = Arc::new(store);
         crate::store::conformance::run_all(store.clone(), "embedded").await;
         crate::store::conformance_jobs::run_all(store, "embedded", 60).await;
     }

@@ -11,7 +11,7 @@ use crate::ingest::jobs::leased_written;
 use crate::store::conformance::event;
 use crate::store::conformance_jobs::{due, step};
 use crate::store::{
-    AttemptRecord, Fence, IngestBatch, Matches, Settled, Settlement, Store, UnitId,
+    AttemptRecord, Fence, Ingest, IngestBatch, Jobs, Matches, Settled, Settlement, UnitId,
 };
 
 fn delivered(at_ms: i64) -> Settled {

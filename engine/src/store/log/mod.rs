@@ -42,9 +42,9 @@ use self::segments::Segments;
 use self::writes::Tx;
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, Expired, Fence,
-    ForensicsFilter, IngestBatch, JobRecord, Lane, Page, QuarantineRecord, Retention, StepOutcome,
-    Store, StoreError, StoredEvent, UnitId,
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, EventLog, Expired,
+    Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, JobRecord, Jobs, Lane, LaneHolds, Page,
+    QuarantineRecord, Retention, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use crate::store::unavailable;
 
@@ -199,7 +199,7 @@ fn forensic_page<T>(
 }
 
 #[async_trait]
-impl Store for LogStore {
+impl Ingest for LogStore {
     async fn claim_unit(&self, unit: &UnitId) -> Result<(Fence, Option<i64>), StoreError> {
         let unit = unit.clone();
         self.write(move |tx| Ok(writes::claim(tx, &unit))).await
@@ -221,6 +221,19 @@ impl Store for LogStore {
         Ok(self.read(|log| log.state.units.get(&key).map(|u| u.1).filter(|n| *n >= 0)))
     }
 
+    /// Every write is queued for the commit thread and answered on a oneshot channel.
+    fn writes_anywhere(&self) -> bool {
+        true
+    }
+
+    /// One process holds the log, and `open` releases every lease a crash left.
+    fn leases_at_ingest(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait]
+impl EventLog for LogStore {
     async fn read_events(
         &self,
         tenant: &str,
@@ -259,7 +272,10 @@ impl Store for LogStore {
         self.write(move |tx| Ok(writes::advance_pull(tx, &tenant, subscription, from, to)))
             .await
     }
+}
 
+#[async_trait]
+impl Forensics for LogStore {
     async fn list_quarantine(
         &self,
         filter: &ForensicsFilter,
@@ -295,7 +311,10 @@ impl Store for LogStore {
         };
         forensic_page(handles, limit, pick, |o| filter.keeps_observation(o))
     }
+}
 
+#[async_trait]
+impl Jobs for LogStore {
     async fn due_jobs(
         &self,
         lanes: Vec<Lane>,
@@ -363,6 +382,13 @@ impl Store for LogStore {
         Ok(self.read(|log| log.state.stats.get(&key).cloned().unwrap_or_default()))
     }
 
+    async fn pending_jobs(&self) -> Result<u64, StoreError> {
+        Ok(self.read(|log| log.state.jobs.len() as u64))
+    }
+}
+
+#[async_trait]
+impl LaneHolds for LogStore {
     async fn publish_ownership(&self, report: &EngineOwnership) -> Result<(), StoreError> {
         if let Ok(mut kept) = self.ownership.lock() {
             *kept = Some(report.clone());
@@ -374,11 +400,10 @@ impl Store for LogStore {
         let kept = self.ownership.lock().map_err(unavailable)?;
         Ok(kept.clone().into_iter().collect())
     }
+}
 
-    async fn pending_jobs(&self) -> Result<u64, StoreError> {
-        Ok(self.read(|log| log.state.jobs.len() as u64))
-    }
-
+#[async_trait]
+impl StoreOps for LogStore {
     async fn expire(&self, now_ms: i64) -> Result<Expired, StoreError> {
         let retention = self.retention;
         self.write(move |tx| {
@@ -395,16 +420,6 @@ impl Store for LogStore {
 
     fn write_failure(&self) -> Option<String> {
         self.shared.failure.lock().ok().and_then(|f| f.clone())
-    }
-
-    /// Every write is queued for the commit thread and answered on a oneshot channel.
-    fn writes_anywhere(&self) -> bool {
-        true
-    }
-
-    /// One process holds the log, and `open` releases every lease a crash left.
-    fn leases_at_ingest(&self) -> bool {
-        true
     }
 }
 

@@ -13,8 +13,8 @@ use super::LogStore;
 use crate::store::conformance::{event, quarantined};
 use crate::store::conformance_jobs::step;
 use crate::store::{
-    AttemptRecord, Fence, ForensicsFilter, IngestBatch, Matches, Retention, Settled, Settlement,
-    Store, UnitId,
+    AttemptRecord, EventLog, Fence, ForensicsFilter, Ingest, IngestBatch, Jobs, Matches, Retention,
+    Settled, Settlement, Store, StoreOps, UnitId,
 };
 
 const TENANTS: [&str; 3] = ["t-a", "t-b", "t-c"];

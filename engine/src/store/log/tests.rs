@@ -12,8 +12,8 @@ use super::LogStore;
 use crate::store::conformance::{event, quarantined};
 use crate::store::conformance_jobs::{due, step, write_with_jobs};
 use crate::store::{
-    AttemptRecord, Fence, ForensicsFilter, IngestBatch, Retention, Settled, Settlement, Store,
-    UnitId,
+    AttemptRecord, EventLog, Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs,
+    Retention, Settled, Settlement, Store, StoreOps, UnitId,
 };
 
 fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
