@@ -7,6 +7,7 @@
 mod cql_requests;
 mod deliver;
 mod faults;
+mod floor;
 mod http_target;
 mod hub;
 mod kafka;
@@ -96,8 +97,20 @@ struct Cli {
     delete_other_topics: bool,
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(floor::CHILD_FLAG) {
+        // The floor probe: this binary again, in a process of its own (`floor.rs`).
+        return floor::child_main(&args[2..]);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(load_test())
+}
+
+async fn load_test() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if cli.http_baseline {
         let receivers = receiver::Receivers::start(Default::default()).await?;

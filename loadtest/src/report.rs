@@ -33,6 +33,8 @@ pub struct Baseline {
     pub raw_consume_rate: f64,
     /// HTTP target: the raw loopback POST rate (32 keep-alive clients), the limit for HTTP ingest.
     pub raw_post_rate: Option<f64>,
+    /// Steady webhook runs: the floor probe at the same rate (`floor.rs`).
+    pub floor: Option<crate::floor::FloorFigures>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -392,6 +394,9 @@ impl Report {
                 paced.seconds * 1e6 / paced.events.max(1) as f64
             );
         }
+        if let Some(f) = &self.baseline.floor {
+            floor_row(&mut md, f, self.hub.paced_cpu.as_ref());
+        }
         if self.hub.engines.len() > 1 {
             engines_rows(&mut md, &self.hub.engines);
         }
@@ -553,6 +558,31 @@ fn slow_seconds(worst: &[(i64, f64)]) -> Option<String> {
         worst.len(),
         named.join(" · ")
     ))
+}
+
+/// The floor probe's row: its CPU per record, split by where it went, and the hub's paced CPU
+/// per event over it.
+fn floor_row(md: &mut String, f: &crate::floor::FloorFigures, paced: Option<&PacedCpu>) {
+    let per = |s: f64| f.per_record_us(s);
+    let consume = f.main_seconds - f.sync_seconds - f.post_seconds;
+    let over = paced.map_or(String::new(), |p| {
+        let hub = p.seconds * 1e6 / p.events.max(1) as f64;
+        format!(
+            " · the hub's paced CPU per event is **{:.1}×** this",
+            hub / per(f.cpu_seconds).max(1e-9)
+        )
+    });
+    let _ = writeln!(
+        md,
+        "| the floor at {}/s (one process, same run: consume, append + `fdatasync`, keep-alive POST per record; {} records) | **{:.0} µs per record**: librdkafka's threads {:.0} · taking the record {:.0} · append + sync {:.0} · POST and answer {:.0}{over} |",
+        f.rate,
+        f.records,
+        per(f.cpu_seconds),
+        per(f.kafka_threads_seconds),
+        per(consume.max(0.0)),
+        per(f.sync_seconds),
+        per(f.post_seconds),
+    );
 }
 
 #[cfg(test)]

@@ -696,6 +696,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         }
         _ => None,
     };
+    // The least a delivered event costs at this rate, for the hub's CPU per event to be read
+    // against (steady webhook runs fed from Kafka).
+    let floor = match (&destinations, scenario.mode, args.target) {
+        (Some(Destinations::Webhook(_)), Mode::Steady, Target::Kafka) => {
+            eprintln!(
+                "[loadtest] the floor: one process consuming, syncing and POSTing each record at {}/s for {} s",
+                scenario.rate,
+                crate::floor::SECONDS
+            );
+            let rate = scenario.rate;
+            Some(
+                crate::floor::measure(
+                    &args.kafka,
+                    scenario.partitions,
+                    rate,
+                    &producer,
+                    &mut generator,
+                )
+                .await?,
+            )
+        }
+        _ => None,
+    };
     eprintln!("[loadtest] raw consume baseline on {topic}");
     let (kafka_addr, topic_name, partitions, total) = (
         args.kafka.clone(),
@@ -744,6 +767,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             raw_consume_seconds: raw_seconds,
             raw_consume_rate: raw_records as f64 / raw_seconds.max(1e-9),
             raw_post_rate,
+            floor,
         },
         target: args.target,
         sink: scenario.delivery.as_ref().map(|_| args.sink),
