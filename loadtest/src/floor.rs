@@ -67,11 +67,13 @@ struct Spec {
     records: u64,
     url: String,
     dir: PathBuf,
+    /// Records a second (paced), or 0: the whole topic is there already (backlog), and the
+    /// probe syncs once per group of what librdkafka has at hand, as a group commit does.
     rate: u64,
 }
 
 /// Runs the probe at `rate` for [`SECONDS`] on a topic of its own, records from `generator`.
-pub async fn measure(
+pub async fn measure_paced(
     brokers: &str,
     partitions: i32,
     rate: u64,
@@ -80,30 +82,8 @@ pub async fn measure(
 ) -> anyhow::Result<FloorFigures> {
     let topic = format!("loadtest-floor-{}", uuid::Uuid::now_v7().simple());
     kafka::create_topic(brokers, &topic, partitions).await?;
-    let receivers = Receivers::start(Default::default()).await?;
-    let dir = tempfile::tempdir()?;
     let records = rate * SECONDS;
-    let spec = Spec {
-        brokers: brokers.to_owned(),
-        topic: topic.clone(),
-        partitions,
-        records,
-        url: receivers.url("floor"),
-        dir: dir.path().to_owned(),
-        rate,
-    };
-    let mut child = Command::new(std::env::current_exe()?)
-        .arg(CHILD_FLAG)
-        .arg(serde_json::to_string(&spec)?)
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let ready = tokio::task::spawn_blocking(move || {
-        let first = lines.next().transpose()?;
-        anyhow::ensure!(first.as_deref() == Some("ready"), "floor probe: {first:?}");
-        Ok(lines)
-    });
-    let mut lines = ready.await??;
+    let probe = Probe::start(brokers, &topic, partitions, records, rate).await?;
     kafka::produce(
         producer,
         &topic,
@@ -112,18 +92,91 @@ pub async fn measure(
         |_| {},
     )
     .await?;
-    let answer = tokio::task::spawn_blocking(move || -> anyhow::Result<FloorFigures> {
-        let line = lines
-            .next()
-            .transpose()?
-            .ok_or_else(|| anyhow::anyhow!("the floor probe said nothing"))?;
-        let status = child.wait()?;
-        anyhow::ensure!(status.success(), "floor probe: {status}");
-        Ok(serde_json::from_str(&line)?)
-    })
-    .await??;
+    let figures = probe.finish().await;
     let _ = kafka::delete_topics(brokers, &[topic]).await;
-    Ok(answer)
+    figures
+}
+
+/// Runs the probe over the first `records` of a topic already written (a backlog run's own).
+pub async fn measure_backlog(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    records: u64,
+) -> anyhow::Result<FloorFigures> {
+    Probe::start(brokers, topic, partitions, records, 0)
+        .await?
+        .finish()
+        .await
+}
+
+/// The probe's process, its receiver and its data directory, while it runs.
+struct Probe {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    _receivers: Receivers,
+    _dir: tempfile::TempDir,
+}
+
+impl Probe {
+    /// Starts the probe and waits until it has its partitions.
+    async fn start(
+        brokers: &str,
+        topic: &str,
+        partitions: i32,
+        records: u64,
+        rate: u64,
+    ) -> anyhow::Result<Self> {
+        let receivers = Receivers::start(Default::default()).await?;
+        let dir = tempfile::tempdir()?;
+        let spec = Spec {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            partitions,
+            records,
+            url: receivers.url("floor"),
+            dir: dir.path().to_owned(),
+            rate,
+        };
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg(CHILD_FLAG)
+            .arg(serde_json::to_string(&spec)?)
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let lines = tokio::task::spawn_blocking(move || {
+            let first = lines.next().transpose()?;
+            anyhow::ensure!(first.as_deref() == Some("ready"), "floor probe: {first:?}");
+            Ok(lines)
+        })
+        .await??;
+        Ok(Self {
+            child,
+            lines,
+            _receivers: receivers,
+            _dir: dir,
+        })
+    }
+
+    /// Waits for the probe's figures.
+    async fn finish(self) -> anyhow::Result<FloorFigures> {
+        let Self {
+            mut child,
+            mut lines,
+            _receivers,
+            _dir,
+        } = self;
+        tokio::task::spawn_blocking(move || -> anyhow::Result<FloorFigures> {
+            let line = lines
+                .next()
+                .transpose()?
+                .ok_or_else(|| anyhow::anyhow!("the floor probe said nothing"))?;
+            let status = child.wait()?;
+            anyhow::ensure!(status.success(), "floor probe: {status}");
+            Ok(serde_json::from_str(&line)?)
+        })
+        .await?
+    }
 }
 
 /// `rate` records a second until `records`.
@@ -166,27 +219,44 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     }
     std::io::stdout().flush()?;
 
-    let deadline = Instant::now() + Duration::from_secs(SECONDS * 3 + 30);
+    // Paced, each record is synced alone (they come 1/rate apart); from a backlog, once per
+    // group of what librdkafka has at hand, as the hub's group commit does.
+    let (group_max, limit) = match spec.rate {
+        0 => (1000, Duration::from_secs(300)),
+        _ => (1, Duration::from_secs(SECONDS * 3 + 30)),
+    };
+    let deadline = Instant::now() + limit;
     let (mut count, mut sync, mut post) = (0u64, 0u64, 0u64);
     let mut first: Option<(Instant, u64, u64)> = None;
+    let mut group = Vec::with_capacity(group_max);
     while count < spec.records && Instant::now() < deadline {
-        let message = match consumer.poll(Duration::from_millis(100)) {
-            Some(m) => m?,
-            None => continue,
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
         };
         if first.is_none() {
             first = Some((Instant::now(), process_cpu_ns()?, clock.now()?));
         }
-        let payload = message.payload().unwrap_or_default();
+        group.clear();
+        group.push(message?);
+        while group.len() < group_max && count + (group.len() as u64) < spec.records {
+            match consumer.poll(Duration::ZERO) {
+                Some(m) => group.push(m?),
+                None => break,
+            }
+        }
         let before = clock.now()?;
-        file.write_all(payload)?;
+        for m in &group {
+            file.write_all(m.payload().unwrap_or_default())?;
+        }
         file.sync_data()?;
         let synced = clock.now()?;
-        http.send(payload)?;
+        for m in &group {
+            http.send(m.payload().unwrap_or_default())?;
+        }
         let posted = clock.now()?;
         sync += synced - before;
         post += posted - synced;
-        count += 1;
+        count += group.len() as u64;
     }
     let (at, cpu0, main0) = first.ok_or_else(|| anyhow::anyhow!("no record reached the probe"))?;
     let (cpu, main) = (process_cpu_ns()? - cpu0, clock.now()? - main0);

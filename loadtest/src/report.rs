@@ -147,6 +147,16 @@ impl Report {
         self.checks.iter().all(|c| c.ok)
     }
 
+    /// The hub's CPU per event in µs: over the paced phase of a steady run, else over the whole
+    /// run per delivered event.
+    fn hub_cpu_per_event_us(&self) -> Option<f64> {
+        if let Some(p) = &self.hub.paced_cpu {
+            return Some(p.seconds * 1e6 / p.events.max(1) as f64);
+        }
+        let delivered = self.delivery.as_ref()?.unique_delivered;
+        Some(self.hub.cpu_seconds? * 1e6 / delivered.max(1) as f64)
+    }
+
     pub fn ratio_to_raw(&self) -> f64 {
         if self.baseline.raw_consume_rate > 0.0 {
             self.hub.durable_rate / self.baseline.raw_consume_rate
@@ -395,7 +405,7 @@ impl Report {
             );
         }
         if let Some(f) = &self.baseline.floor {
-            floor_row(&mut md, f, self.hub.paced_cpu.as_ref());
+            floor_row(&mut md, f, self.hub_cpu_per_event_us());
         }
         if self.hub.engines.len() > 1 {
             engines_rows(&mut md, &self.hub.engines);
@@ -560,23 +570,26 @@ fn slow_seconds(worst: &[(i64, f64)]) -> Option<String> {
     ))
 }
 
-/// The floor probe's row: its CPU per record, split by where it went, and the hub's paced CPU
-/// per event over it.
-fn floor_row(md: &mut String, f: &crate::floor::FloorFigures, paced: Option<&PacedCpu>) {
+/// The floor probe's row: its CPU per record, split by where it went, and the hub's CPU per
+/// event (`hub_us`: over the paced phase, or over the whole backlog run) over it.
+fn floor_row(md: &mut String, f: &crate::floor::FloorFigures, hub_us: Option<f64>) {
     let per = |s: f64| f.per_record_us(s);
     let consume = f.main_seconds - f.sync_seconds - f.post_seconds;
-    let over = paced.map_or(String::new(), |p| {
-        let hub = p.seconds * 1e6 / p.events.max(1) as f64;
+    let over = hub_us.map_or(String::new(), |hub| {
         format!(
-            " · the hub's paced CPU per event is **{:.1}×** this",
+            " · the hub's CPU per event is **{:.1}×** this",
             hub / per(f.cpu_seconds).max(1e-9)
         )
     });
+    let when = match f.rate {
+        0 => "of the backlog (a sync per group of up to 1,000)".to_owned(),
+        r => format!("at {r}/s"),
+    };
     let _ = writeln!(
         md,
-        "| the floor at {}/s (one process, same run: consume, append + `fdatasync`, keep-alive POST per record; {} records) | **{:.0} µs per record**: librdkafka's threads {:.0} · taking the record {:.0} · append + sync {:.0} · POST and answer {:.0}{over} |",
-        f.rate,
+        "| the floor {when} (one process, same run: consume, append + `fdatasync`, keep-alive POST per record) | {} records in {:.1} s · **{:.0} µs per record**: librdkafka's threads {:.0} · taking the record {:.0} · append + sync {:.0} · POST and answer {:.0}{over} |",
         f.records,
+        f.seconds,
         per(f.cpu_seconds),
         per(f.kafka_threads_seconds),
         per(consume.max(0.0)),

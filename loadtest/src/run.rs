@@ -699,6 +699,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     // The least a delivered event costs at this rate, for the hub's CPU per event to be read
     // against (steady webhook runs fed from Kafka).
     let floor = match (&destinations, scenario.mode, args.target) {
+        (Some(Destinations::Webhook(_)), Mode::Backlog, Target::Kafka) => {
+            eprintln!("[loadtest] the floor: one process consuming, syncing per group and POSTing the backlog");
+            Some(
+                crate::floor::measure_backlog(
+                    &args.kafka,
+                    &topic,
+                    scenario.partitions,
+                    produced.total,
+                )
+                .await?,
+            )
+        }
         (Some(Destinations::Webhook(_)), Mode::Steady, Target::Kafka) => {
             eprintln!(
                 "[loadtest] the floor: one process consuming, syncing and POSTing each record at {}/s for {} s",
@@ -707,7 +719,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             );
             let rate = scenario.rate;
             Some(
-                crate::floor::measure(
+                crate::floor::measure_paced(
                     &args.kafka,
                     scenario.partitions,
                     rate,
