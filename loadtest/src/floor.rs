@@ -38,6 +38,8 @@ pub struct FloorFigures {
     /// The rate the records were produced at.
     pub rate: u64,
     pub records: u64,
+    /// Whether each record was POSTed (delivery's floor) or only made durable (ingest's).
+    pub posted: bool,
     pub seconds: f64,
     /// Every thread of the probe (user + system, from `/proc/self/task/*/schedstat`).
     pub cpu_seconds: f64,
@@ -65,7 +67,8 @@ struct Spec {
     topic: String,
     partitions: i32,
     records: u64,
-    url: String,
+    /// Where to POST each record; none for ingest's floor (consume, append, sync).
+    url: Option<String>,
     dir: PathBuf,
     /// Records a second (paced), or 0: the whole topic is there already (backlog), and the
     /// probe syncs once per group of what librdkafka has at hand, as a group commit does.
@@ -83,7 +86,7 @@ pub async fn measure_paced(
     let topic = format!("loadtest-floor-{}", uuid::Uuid::now_v7().simple());
     kafka::create_topic(brokers, &topic, partitions).await?;
     let records = rate * SECONDS;
-    let probe = Probe::start(brokers, &topic, partitions, records, rate).await?;
+    let probe = Probe::start(brokers, &topic, partitions, records, rate, true).await?;
     kafka::produce(
         producer,
         &topic,
@@ -97,14 +100,17 @@ pub async fn measure_paced(
     figures
 }
 
-/// Runs the probe over the first `records` of a topic already written (a backlog run's own).
+/// Runs the probe over the first `records` of a topic already written (a backlog run's own);
+/// with `post`, each record is also POSTed (a delivery run's floor), else only made durable
+/// (ingest's).
 pub async fn measure_backlog(
     brokers: &str,
     topic: &str,
     partitions: i32,
     records: u64,
+    post: bool,
 ) -> anyhow::Result<FloorFigures> {
-    Probe::start(brokers, topic, partitions, records, 0)
+    Probe::start(brokers, topic, partitions, records, 0, post)
         .await?
         .finish()
         .await
@@ -126,6 +132,7 @@ impl Probe {
         partitions: i32,
         records: u64,
         rate: u64,
+        post: bool,
     ) -> anyhow::Result<Self> {
         let receivers = Receivers::start(Default::default()).await?;
         let dir = tempfile::tempdir()?;
@@ -134,7 +141,7 @@ impl Probe {
             topic: topic.to_owned(),
             partitions,
             records,
-            url: receivers.url("floor"),
+            url: post.then(|| receivers.url("floor")),
             dir: dir.path().to_owned(),
             rate,
         };
@@ -211,7 +218,7 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     consumer.assign(&tpl)?;
     let _ = consumer.poll(Duration::from_millis(200));
     let mut file = std::fs::File::create(spec.dir.join("floor.log"))?;
-    let mut http = Post::connect(&spec.url)?;
+    let mut http = spec.url.as_deref().map(Post::connect).transpose()?;
     let clock = ThreadClock::open()?;
     #[allow(clippy::print_stdout)] // the probe answers its parent on standard output
     {
@@ -250,8 +257,10 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
         }
         file.sync_data()?;
         let synced = clock.now()?;
-        for m in &group {
-            http.send(m.payload().unwrap_or_default())?;
+        if let Some(http) = http.as_mut() {
+            for m in &group {
+                http.send(m.payload().unwrap_or_default())?;
+            }
         }
         let posted = clock.now()?;
         sync += synced - before;
@@ -264,6 +273,7 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     let figures = FloorFigures {
         rate: spec.rate,
         records: count,
+        posted: spec.url.is_some(),
         seconds: at.elapsed().as_secs_f64(),
         cpu_seconds: s(cpu),
         kafka_threads_seconds: s(cpu.saturating_sub(main)),

@@ -153,8 +153,11 @@ impl Report {
         if let Some(p) = &self.hub.paced_cpu {
             return Some(p.seconds * 1e6 / p.events.max(1) as f64);
         }
-        let delivered = self.delivery.as_ref()?.unique_delivered;
-        Some(self.hub.cpu_seconds? * 1e6 / delivered.max(1) as f64)
+        let per = match &self.delivery {
+            Some(d) => d.unique_delivered,
+            None => self.produced.total,
+        };
+        Some(self.hub.cpu_seconds? * 1e6 / per.max(1) as f64)
     }
 
     pub fn ratio_to_raw(&self) -> f64 {
@@ -405,7 +408,12 @@ impl Report {
             );
         }
         if let Some(f) = &self.baseline.floor {
-            floor_row(&mut md, f, self.hub_cpu_per_event_us());
+            floor_row(
+                &mut md,
+                f,
+                self.hub_cpu_per_event_us(),
+                self.hub.durable_rate,
+            );
         }
         if self.hub.engines.len() > 1 {
             engines_rows(&mut md, &self.hub.engines);
@@ -570,9 +578,15 @@ fn slow_seconds(worst: &[(i64, f64)]) -> Option<String> {
     ))
 }
 
-/// The floor probe's row: its CPU per record, split by where it went, and the hub's CPU per
-/// event (`hub_us`: over the paced phase, or over the whole backlog run) over it.
-fn floor_row(md: &mut String, f: &crate::floor::FloorFigures, hub_us: Option<f64>) {
+/// The floor probe's row: its rate and CPU per record, split by where it went, and the hub's CPU
+/// per event (`hub_us`: over the paced phase, or over the whole backlog run) over it; for
+/// ingest's floor, the hub's durable rate against the floor's.
+fn floor_row(
+    md: &mut String,
+    f: &crate::floor::FloorFigures,
+    hub_us: Option<f64>,
+    hub_durable_rate: f64,
+) {
     let per = |s: f64| f.per_record_us(s);
     let consume = f.main_seconds - f.sync_seconds - f.post_seconds;
     let over = hub_us.map_or(String::new(), |hub| {
@@ -582,19 +596,33 @@ fn floor_row(md: &mut String, f: &crate::floor::FloorFigures, hub_us: Option<f64
         )
     });
     let when = match f.rate {
-        0 => "of the backlog (a sync per group of up to 1,000)".to_owned(),
-        r => format!("at {r}/s"),
+        0 => "of the backlog, a sync per group of up to 1,000".to_owned(),
+        r => format!("at {r}/s, a sync per record"),
+    };
+    let (work, post) = if f.posted {
+        (
+            "consume, append + `fdatasync`, keep-alive POST per record",
+            format!(" · POST and answer {:.0}", per(f.post_seconds)),
+        )
+    } else {
+        (
+            "consume, append + `fdatasync`",
+            format!(
+                " · the hub's durable rate is **{:.2}** of this",
+                hub_durable_rate * f.seconds.max(1e-9) / f.records.max(1) as f64
+            ),
+        )
     };
     let _ = writeln!(
         md,
-        "| the floor {when} (one process, same run: consume, append + `fdatasync`, keep-alive POST per record) | {} records in {:.1} s · **{:.0} µs per record**: librdkafka's threads {:.0} · taking the record {:.0} · append + sync {:.0} · POST and answer {:.0}{over} |",
+        "| the floor {when} (one process, same run: {work}) | {} records in {:.1} s ({:.0}/s) · **{:.0} µs per record**: librdkafka's threads {:.0} · taking the record {:.0} · append + sync {:.0}{post}{over} |",
         f.records,
         f.seconds,
+        f.records as f64 / f.seconds.max(1e-9),
         per(f.cpu_seconds),
         per(f.kafka_threads_seconds),
         per(consume.max(0.0)),
         per(f.sync_seconds),
-        per(f.post_seconds),
     );
 }
 

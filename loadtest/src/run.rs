@@ -279,6 +279,9 @@ async fn raw_post_baseline(r: &Receivers, body_bytes: usize) -> anyhow::Result<f
     crate::receiver::raw_post_rate(&r.url("baseline"), 32, Duration::from_secs(5), body_bytes).await
 }
 
+/// The largest backlog the floor probe reads again (pending-million's million is not).
+const FLOOR_MAX_RECORDS: u64 = 250_000;
+
 /// Sends records to the run's target as `budget` allows (`on_ack` after each durable answer or
 /// Kafka acknowledgement).
 async fn send(
@@ -696,17 +699,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         }
         _ => None,
     };
-    // The least a delivered event costs at this rate, for the hub's CPU per event to be read
-    // against (steady webhook runs fed from Kafka).
+    // The least a record costs at this rate (`floor.rs`), for the hub's CPU per event and its
+    // rate to be read against: webhook and ingest runs fed from Kafka, a backlog of at most
+    // `FLOOR_MAX_RECORDS` (the probe reads it all again).
     let floor = match (&destinations, scenario.mode, args.target) {
-        (Some(Destinations::Webhook(_)), Mode::Backlog, Target::Kafka) => {
-            eprintln!("[loadtest] the floor: one process consuming, syncing per group and POSTing the backlog");
+        (Some(Destinations::Webhook(_)) | None, Mode::Backlog, Target::Kafka)
+            if produced.total <= FLOOR_MAX_RECORDS =>
+        {
+            let post = destinations.is_some();
+            eprintln!(
+                "[loadtest] the floor: one process consuming, syncing per group{} the backlog",
+                if post { " and POSTing" } else { "" }
+            );
             Some(
                 crate::floor::measure_backlog(
                     &args.kafka,
                     &topic,
                     scenario.partitions,
                     produced.total,
+                    post,
                 )
                 .await?,
             )
