@@ -10,7 +10,8 @@ use serde_json::json;
 use crate::answer::{Answer, Served};
 use crate::auth::Principal;
 use crate::partners::Operation;
-use crate::service::{contended, write_outcome, Control, Mutation, Outcome, WRITE_ATTEMPTS};
+use crate::rewrite::{contended, until_answered, Attempt};
+use crate::service::{write_outcome, Control, Mutation, Outcome};
 use crate::store::ControlStoreError;
 use hub_core::error::{ApiError, ErrorCode};
 use hub_core::model::{binding, rfc3339, SinkKind};
@@ -21,14 +22,15 @@ impl Control {
     pub async fn rotate(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
         self.admit(who, Operation::Rotate)?;
         self.idempotent(who, &m, || async {
-            for _ in 0..WRITE_ATTEMPTS {
+            until_answered(|| async {
                 match self.rotate_once(who, id).await {
-                    Err(ControlStoreError::Conflict) => continue,
-                    Err(e) => return write_outcome(e),
-                    Ok(outcome) => return outcome,
+                    Err(ControlStoreError::Conflict) => Attempt::Lost,
+                    Err(e) => Attempt::Answered(write_outcome(e)),
+                    Ok(outcome) => Attempt::Answered(outcome),
                 }
-            }
-            Outcome::Refused(contended())
+            })
+            .await
+            .unwrap_or_else(|| Outcome::Refused(contended()))
         })
         .await
     }

@@ -18,9 +18,7 @@ use crate::partners::Operation;
 use crate::store::{ControlStore, ControlStoreError, IdemBegin, IdemTimes, StoredResponse};
 use hub_core::destination::{check_endpoint, DestinationPolicy, Resolver};
 use hub_core::error::{ApiError, ErrorCode};
-use hub_core::model::{
-    binding, parse_object, validate_create, validate_edit, Subscription, VerificationState,
-};
+use hub_core::model::{binding, parse_object, validate_create, Subscription};
 use hub_core::secrets::Keyring;
 
 /// The outcome of a mutation's body: whether anything may have been written matters to the
@@ -46,18 +44,6 @@ pub(crate) fn store_error(e: ControlStoreError) -> ApiError {
         ControlStoreError::NotFound => ApiError::not_found(),
         ControlStoreError::Unavailable(m) => ApiError::unavailable(m),
     }
-}
-
-/// Reads and conditional rewrites an operation that names no revision tries before it answers
-/// `subscription_contended`: the engine writes delivery marks to subscriptions, and such an
-/// operation must not fail because one landed between its read and its write.
-pub(crate) const WRITE_ATTEMPTS: usize = 5;
-
-pub(crate) fn contended() -> ApiError {
-    ApiError::new(
-        ErrorCode::SubscriptionContended,
-        "the subscription kept changing; retry",
-    )
 }
 
 /// Store errors during a write: definite refusals vs. an unknown outcome.
@@ -365,7 +351,7 @@ impl Control {
 
     /// Merges keys engines recorded in the store (other processes) into the catalog, at most every
     /// few seconds. A store failure leaves the catalog as it was.
-    async fn sync_catalog(&self) {
+    pub(crate) async fn sync_catalog(&self) {
         if self.catalog.sync_due((self.now_ms)(), CATALOG_SYNC_MS) {
             match self.store.observed_keys().await {
                 Ok(keys) => self
@@ -521,157 +507,6 @@ impl Control {
             Ok(s) => Ok(Answer::ok(s.view()).with_etag(&s)),
             Err(e) => Err(e),
         }
-    }
-
-    /// `PATCH /v1/subscriptions/:id` (R-CP-10).
-    pub async fn patch(
-        &self,
-        who: &Principal,
-        id: &str,
-        if_match: Option<&str>,
-        m: Mutation<'_>,
-    ) -> Served {
-        self.admit(who, Operation::Edit)?;
-        let tags = match if_match.map(if_match_tags).transpose() {
-            Ok(t) => t,
-            Err(e) => return Err(e),
-        };
-        let body = m.body;
-        self.idempotent(who, &m, || async {
-            // Without If-Match the caller named no revision: a write lost to another (the
-            // engine's delivery marks) is read and applied again.
-            for _ in 0..WRITE_ATTEMPTS {
-                let current = match self.live(who, id).await {
-                    Ok(s) => s,
-                    Err(e) => return Outcome::Refused(e),
-                };
-                if let Some(tags) = &tags {
-                    if !tags.iter().any(|t| t == "*" || *t == current.etag()) {
-                        return Outcome::Refused(store_error(ControlStoreError::Conflict));
-                    }
-                }
-                let mut edit = match parse_object(body).and_then(|o| validate_edit(&o, &current)) {
-                    Ok(e) => e,
-                    Err(e) => return Outcome::Refused(e),
-                };
-                if let Some(sent) = &edit.endpoint {
-                    match check_endpoint(
-                        &self.policy,
-                        &*self.resolver,
-                        current.sink_kind,
-                        Some(sent),
-                    )
-                    .await
-                    {
-                        // Stored in the form deliveries use (issue 16).
-                        Ok(used) => edit.endpoint = used,
-                        Err(e) => return Outcome::Refused(e),
-                    }
-                }
-                if let Some(endpoint) = &edit.endpoint {
-                    if current.verification_state == VerificationState::Active
-                        && current.endpoint.as_ref() != Some(endpoint)
-                    {
-                        // An active subscription moves only after the new destination answers a
-                        // probe made with the stored secret or credential; nothing changes else.
-                        let mut target = current.clone();
-                        target.endpoint = Some(endpoint.clone());
-                        let outcome = self.probe_destination(&target, None).await;
-                        if !outcome.success {
-                            return Outcome::Refused(crate::onboarding::probe_failed(&outcome));
-                        }
-                    }
-                }
-                let mut next = current.clone();
-                edit.apply(&mut next);
-                if next.endpoint != current.endpoint {
-                    // A move leaves the old destination's failures behind (R-CP-2).
-                    next.last_failure_at_ms = None;
-                }
-                self.sync_catalog().await;
-                let types = edit.event_types.as_ref().unwrap_or(&next.event_types);
-                if let Err(e) = self.catalog.check(
-                    types,
-                    next.schema_major,
-                    &next.event_majors,
-                    next.origin.as_deref(),
-                ) {
-                    return Outcome::Refused(e);
-                }
-                next.revision = current.revision + 1;
-                next.updated_at_ms = (self.now_ms)();
-                match self.write(&next, current.revision).await {
-                    Ok(()) => return Outcome::Written(Answer::ok(next.view()).with_etag(&next)),
-                    Err(ControlStoreError::Conflict) if tags.is_none() => continue,
-                    Err(e) => return write_outcome(e),
-                }
-            }
-            Outcome::Refused(contended())
-        })
-        .await
-    }
-
-    /// `DELETE /v1/subscriptions/:id` (R-CP-16): soft delete; the name is free again.
-    pub async fn delete(&self, who: &Principal, id: &str, m: Mutation<'_>) -> Served {
-        self.admit(who, Operation::Delete)?;
-        self.idempotent(who, &m, || async {
-            let current = match self.live(who, id).await {
-                Ok(s) => s,
-                Err(e) => return Outcome::Refused(e),
-            };
-            let mut next = current.clone();
-            next.deleted = true;
-            next.enabled = false;
-            next.revision += 1;
-            next.updated_at_ms = (self.now_ms)();
-            match self.write(&next, current.revision).await {
-                Ok(()) => Outcome::Written(Answer::deleted()),
-                Err(e) => write_outcome(e),
-            }
-        })
-        .await
-    }
-
-    /// `POST …/pause` and `POST …/resume` (R-CP-11): no key, `subscriptions:post`, 200 without
-    /// a body, a repeat is a no-op; a hub-stopped subscription answers 409.
-    pub async fn set_paused(&self, who: &Principal, id: &str, pause: bool) -> Served {
-        let op = if pause {
-            Operation::Pause
-        } else {
-            Operation::Resume
-        };
-        self.admit(who, op)?;
-        for _ in 0..WRITE_ATTEMPTS {
-            let current = match self.live(who, id).await {
-                Ok(s) => s,
-                Err(e) => return Err(e),
-            };
-            if !current.enabled && !current.paused {
-                return Err(ApiError::new(
-                    ErrorCode::SubscriptionStoppedByHub,
-                    "the hub stopped this subscription; verify it to re-enable",
-                ));
-            }
-            if current.paused == pause {
-                return Ok(Answer::ok_empty());
-            }
-            let mut next = current.clone();
-            next.paused = pause;
-            next.enabled = !pause;
-            if !pause {
-                // Resume clears the failure history (paused time never counts).
-                next.last_failure_at_ms = None;
-                next.marks.resumed_at_ms = Some((self.now_ms)());
-            }
-            next.revision += 1;
-            next.updated_at_ms = (self.now_ms)();
-            match self.write(&next, current.revision).await {
-                Ok(()) => return Ok(Answer::ok_empty()),
-                Err(ControlStoreError::Conflict) => continue,
-                Err(e) => return Err(store_error(e)),
-            }
-        }
-        Err(contended())
     }
 
     /// `GET /v1/catalog` (R-CP-15).
