@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::jobs::{all, lane_i32};
+use super::concurrently::all;
+use super::jobs::lane_i32;
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::{Lane, StoreError};

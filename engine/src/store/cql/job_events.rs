@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::jobs::all;
+use super::concurrently::all;
 use super::{as_i64, unavailable, CqlStore};
 use crate::store::codec::decode;
 use crate::store::{JobRecord, StoreError, StoredEvent};

@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use futures::TryStreamExt;
 use uuid::Uuid;
 
-use super::jobs::{all, lane_i32};
+use super::concurrently::all;
+use super::jobs::lane_i32;
 use super::lwt::lwt;
 use super::{unavailable, CqlStore};
 use crate::store::{Lane, LaneReport, LaneSurvey, LaneSurveyFound, StoreError};

@@ -16,7 +16,7 @@ use scylla::statement::{Consistency, SerialConsistency};
 use uuid::Uuid;
 
 use super::claim::id_bucket;
-use super::jobs::Part;
+use super::job_rows::Part;
 use super::lwt::lwt;
 use super::{as_i64, unavailable, CqlStore};
 use crate::store::codec::{decode, encode};

@@ -20,11 +20,14 @@
 //! durable (R-IN-7).
 
 mod claim;
+mod concurrently;
 mod counted;
 mod counts;
 mod forensics;
 mod job_events;
+mod job_rows;
 mod job_statements;
+mod job_step;
 mod jobs;
 mod lanes;
 mod log;

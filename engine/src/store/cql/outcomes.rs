@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::jobs::{all, id_key, lane_i32, StoredJob};
+use super::concurrently::all;
+use super::jobs::{id_key, lane_i32, StoredJob};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::delivery::autodisable::Streak;

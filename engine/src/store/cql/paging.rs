@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use super::jobs::{all, id_of, lane_i32, StoredJob};
+use super::concurrently::all;
+use super::jobs::{id_of, lane_i32, StoredJob};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::decode;
