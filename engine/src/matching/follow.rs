@@ -3,7 +3,7 @@
 //! reloads the subscriptions it names, and swaps in a new immutable `MatchIndex`. Shards read the
 //! current index without locks of their own; a stale revision is never applied over a newer one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -21,9 +21,7 @@ const PAGE: usize = 1000;
 #[derive(Debug, Default)]
 pub struct Subscriptions {
     index: RwLock<Arc<MatchIndex>>,
-    /// By id (ids are unique across tenants); a lookup checks the tenant, so no key is built
-    /// per job on the delivery path.
-    known: Mutex<HashMap<Uuid, Arc<Subscription>>>,
+    known: Mutex<Known>,
     /// One catch-up at a time: the follower and, in one process, the control plane's writes
     /// (two at once could put an older copy of a subscription over a newer one).
     catching_up: tokio::sync::Mutex<()>,
@@ -34,6 +32,60 @@ pub struct Subscriptions {
     /// store, a burst of writes (2,000 subscriptions created one after another, each write
     /// followed by a catch-up) re-read every change of the last 5 s per write, for nothing.
     recent: Mutex<Vec<(std::time::Instant, String, Uuid)>>,
+}
+
+/// The subscriptions as of the last change applied.
+#[derive(Debug, Default)]
+struct Known {
+    /// By id (ids are unique across tenants); a lookup checks the tenant, so no key is built per
+    /// job on the delivery path.
+    by_id: HashMap<Uuid, Arc<Subscription>>,
+    /// Each tenant's ids, for rebuilding the index of a tenant whose subscriptions changed.
+    by_tenant: HashMap<String, HashSet<Uuid>>,
+}
+
+impl Known {
+    /// Keeps `current` as the subscription `id` unless a newer copy is known (never an older
+    /// copy over a newer one); `None` (deleted for good) removes it. True when it changed.
+    fn apply(&mut self, id: Uuid, current: Option<Subscription>) -> bool {
+        match current {
+            Some(s) => {
+                if self
+                    .by_id
+                    .get(&id)
+                    .is_some_and(|k| k.revision >= s.revision)
+                {
+                    return false;
+                }
+                self.by_tenant
+                    .entry(s.tenant.clone())
+                    .or_default()
+                    .insert(id);
+                self.by_id.insert(id, Arc::new(s));
+            }
+            None => {
+                if let Some(gone) = self.by_id.remove(&id) {
+                    if let Some(ids) = self.by_tenant.get_mut(&gone.tenant) {
+                        ids.remove(&id);
+                        if ids.is_empty() {
+                            self.by_tenant.remove(&gone.tenant);
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn of_tenant(&self, tenant: &str) -> Vec<&Subscription> {
+        self.by_tenant
+            .get(tenant)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
+            .map(|s| &**s)
+            .collect()
+    }
 }
 
 /// How long a change's subscription is read again after its log entry was first read (far
@@ -52,22 +104,24 @@ impl Subscriptions {
     /// The subscription as of the last change applied (`None` once deleted or never seen).
     pub fn get(&self, tenant: &str, id: Uuid) -> Option<Arc<Subscription>> {
         let known = self.known.lock().ok()?;
-        known.get(&id).filter(|s| s.tenant == tenant).cloned()
+        known.by_id.get(&id).filter(|s| s.tenant == tenant).cloned()
     }
 
     /// Every subscription known (the automatic prober walks them).
     pub fn all(&self) -> Vec<Arc<Subscription>> {
         self.known
             .lock()
-            .map(|k| k.values().cloned().collect())
+            .map(|k| k.by_id.values().cloned().collect())
             .unwrap_or_default()
     }
 
     /// Applies every change after the current index's revision; true when the index changed.
+    /// Only the tenants with changes have their part of the index built again.
     pub async fn catch_up(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
         let _one = self.catching_up.lock().await;
         let mut revision = self.index().revision;
         let start = revision;
+        let mut touched: BTreeSet<String> = BTreeSet::new();
         loop {
             let changes = store.changes_since(revision, PAGE).await?;
             let Some(last) = changes.last().map(|c| c.revision) else {
@@ -76,6 +130,7 @@ impl Subscriptions {
             for c in &changes {
                 let current = store.get(&c.tenant, c.id).await?;
                 self.apply(c.id, current);
+                touched.insert(c.tenant.clone());
                 if store.rows_may_lag_log() {
                     if let Ok(mut recent) = self.recent.lock() {
                         recent.push((std::time::Instant::now(), c.tenant.clone(), c.id));
@@ -87,12 +142,17 @@ impl Subscriptions {
                 break;
             }
         }
-        let refreshed = store.rows_may_lag_log() && self.recheck_recent(store).await?;
-        if revision == start && !refreshed {
+        if store.rows_may_lag_log() {
+            touched.extend(self.recheck_recent(store).await?);
+        }
+        if revision == start && touched.is_empty() {
             return Ok(false);
         }
         let index = match self.known.lock() {
-            Ok(known) => MatchIndex::build(known.values().map(|s| &**s), revision),
+            Ok(known) => self.index().rebuilt(
+                revision,
+                touched.iter().map(|t| (t.as_str(), known.of_tenant(t))),
+            ),
             Err(_) => return Ok(false),
         };
         if let Ok(mut current) = self.index.write() {
@@ -103,40 +163,32 @@ impl Subscriptions {
         Ok(true)
     }
 
-    /// Keeps `current` as the subscription `id` unless a newer copy is known (never an older
-    /// copy over a newer one); `None` (deleted for good) removes it.
+    /// Applies one subscription's current copy (see [`Known::apply`]).
     fn apply(&self, id: Uuid, current: Option<Subscription>) -> bool {
-        let Ok(mut known) = self.known.lock() else {
-            return false;
-        };
-        match current {
-            Some(s) => {
-                if known.get(&id).is_some_and(|k| k.revision >= s.revision) {
-                    return false;
-                }
-                known.insert(id, Arc::new(s));
-            }
-            None => {
-                known.remove(&id);
-            }
-        }
-        true
+        self.known
+            .lock()
+            .is_ok_and(|mut known| known.apply(id, current))
     }
 
-    /// Reads again the subscriptions of changes read in the last [`RECHECK`]; true when one was
-    /// newer than the copy kept.
-    async fn recheck_recent(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
-        let due: std::collections::BTreeSet<(String, Uuid)> = match self.recent.lock() {
+    /// Reads again the subscriptions of changes read in the last [`RECHECK`]; returns the
+    /// tenants of those newer than the copy kept.
+    async fn recheck_recent(
+        &self,
+        store: &dyn ControlStore,
+    ) -> Result<Vec<String>, ControlStoreError> {
+        let due: BTreeSet<(String, Uuid)> = match self.recent.lock() {
             Ok(mut recent) => {
                 recent.retain(|(at, _, _)| at.elapsed() < RECHECK);
                 recent.iter().map(|(_, t, id)| (t.clone(), *id)).collect()
             }
-            Err(_) => return Ok(false),
+            Err(_) => return Ok(Vec::new()),
         };
-        let mut changed = false;
+        let mut changed = Vec::new();
         for (tenant, id) in due {
             if let Some(s) = store.get(&tenant, id).await? {
-                changed |= self.apply(id, Some(s));
+                if self.apply(id, Some(s)) {
+                    changed.push(tenant);
+                }
             }
         }
         Ok(changed)

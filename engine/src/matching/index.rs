@@ -5,6 +5,7 @@
 //! correct outcome (zero jobs).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use hub_core::model::{SinkKind, Subscription, VerificationState};
 use uuid::Uuid;
@@ -64,11 +65,37 @@ struct TenantIndex {
     all_keys: Vec<Entry>,
 }
 
-/// The index of one revision of the subscriptions.
+impl TenantIndex {
+    /// The index of one tenant's subscriptions; `None` when none takes deliveries.
+    fn build<'a>(subs: impl IntoIterator<Item = &'a Subscription>) -> Option<Self> {
+        let mut t = TenantIndex::default();
+        for s in subs.into_iter().filter(|s| deliverable(s)) {
+            let entry = Entry {
+                id: s.id,
+                push: s.sink_kind != SinkKind::Pull,
+                origin: s.origin.clone(),
+                schema_major: s.schema_major,
+                event_majors: s.event_majors.clone(),
+            };
+            if s.event_types.is_empty() {
+                t.all_keys.push(entry);
+            } else {
+                for key in &s.event_types {
+                    t.by_key.entry(key.clone()).or_default().push(entry.clone());
+                }
+            }
+        }
+        (!t.by_key.is_empty() || !t.all_keys.is_empty()).then_some(t)
+    }
+}
+
+/// The index of one revision of the subscriptions. Each tenant's part is shared with the
+/// revisions before it until one of the tenant's subscriptions changes, so a change costs its
+/// tenant's subscriptions, not every tenant's.
 #[derive(Debug, Default)]
 pub struct MatchIndex {
     pub revision: u64,
-    tenants: HashMap<String, TenantIndex>,
+    tenants: HashMap<String, Arc<TenantIndex>>,
 }
 
 /// Whether a subscription takes deliveries at all (R-MA-1): enabled, verified, not deleted.
@@ -78,23 +105,26 @@ fn deliverable(s: &Subscription) -> bool {
 
 impl MatchIndex {
     pub fn build<'a>(subs: impl IntoIterator<Item = &'a Subscription>, revision: u64) -> Self {
-        let mut tenants: HashMap<String, TenantIndex> = HashMap::new();
-        for s in subs.into_iter().filter(|s| deliverable(s)) {
-            let entry = Entry {
-                id: s.id,
-                push: s.sink_kind != SinkKind::Pull,
-                origin: s.origin.clone(),
-                schema_major: s.schema_major,
-                event_majors: s.event_majors.clone(),
+        let mut by_tenant: HashMap<&str, Vec<&Subscription>> = HashMap::new();
+        for s in subs {
+            by_tenant.entry(s.tenant.as_str()).or_default().push(s);
+        }
+        Self::default().rebuilt(revision, by_tenant)
+    }
+
+    /// The index of `revision`: this one, but for the tenants of `changed`, whose parts are
+    /// built again from the subscriptions given (all of the tenant's, as of `revision`).
+    pub fn rebuilt<'a>(
+        &self,
+        revision: u64,
+        changed: impl IntoIterator<Item = (&'a str, Vec<&'a Subscription>)>,
+    ) -> Self {
+        let mut tenants = self.tenants.clone();
+        for (tenant, subs) in changed {
+            match TenantIndex::build(subs) {
+                Some(t) => tenants.insert(tenant.to_owned(), Arc::new(t)),
+                None => tenants.remove(tenant),
             };
-            let t = tenants.entry(s.tenant.clone()).or_default();
-            if s.event_types.is_empty() {
-                t.all_keys.push(entry);
-            } else {
-                for key in &s.event_types {
-                    t.by_key.entry(key.clone()).or_default().push(entry.clone());
-                }
-            }
         }
         Self { revision, tenants }
     }
@@ -198,6 +228,60 @@ mod tests {
             want.sort();
             prop_assert_eq!(got, want);
         }
+    }
+
+    proptest! {
+        /// R-MA-3: an index rebuilt for the one tenant whose subscriptions changed answers
+        /// what an index built from scratch answers, for every tenant.
+        #[test]
+        fn r_ma_3_rebuilding_the_changed_tenant_equals_building_anew(
+            before in proptest::collection::vec(subscription(), 0..30),
+            replacement in proptest::collection::vec(subscription(), 0..10),
+            changed in 0..TENANTS.len(),
+            tenant in 0..TENANTS.len(), key in 0..KEYS.len(), source in 0..SOURCES.len(), major in 1u32..3,
+        ) {
+            let ev = EventFacts { tenant: TENANTS[tenant], key: KEYS[key], source: SOURCES[source], major };
+            let changed = TENANTS[changed];
+            let replacement: Vec<Subscription> = replacement
+                .into_iter()
+                .map(|s| Subscription { tenant: changed.to_owned(), ..s })
+                .collect();
+            let after: Vec<Subscription> = before
+                .iter()
+                .filter(|s| s.tenant != changed)
+                .cloned()
+                .chain(replacement.iter().cloned())
+                .collect();
+            let old = MatchIndex::build(&before, 1);
+            let mut got = old.rebuilt(2, [(changed, replacement.iter().collect())]).matches(&ev);
+            let mut want = MatchIndex::build(&after, 2).matches(&ev);
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    /// R-MA-3 at scale: a change rebuilds its own tenant's part and shares every other part
+    /// with the revision before.
+    #[test]
+    fn r_ma_3_a_change_leaves_the_other_tenants_parts_shared() {
+        let active = |tenant: &str| Subscription {
+            enabled: true,
+            verification_state: VerificationState::Active,
+            ..Subscription::new(tenant, "s", SinkKind::Webhook, 0)
+        };
+        let (a, b) = (active("t1"), active("t2"));
+        let old = MatchIndex::build([&a, &b], 1);
+        let a2 = active("t1");
+        let new = old.rebuilt(2, [("t1", vec![&a, &a2])]);
+        assert!(Arc::ptr_eq(&old.tenants["t2"], &new.tenants["t2"]));
+        assert!(!Arc::ptr_eq(&old.tenants["t1"], &new.tenants["t1"]));
+        assert_eq!(new.tenants["t1"].all_keys.len(), 2);
+        let gone = new.rebuilt(3, [("t1", vec![])]);
+        assert!(
+            !gone.tenants.contains_key("t1"),
+            "a tenant left with nothing leaves"
+        );
     }
 
     #[test]
