@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::record::Change;
+use super::record::{Change, Loc, Record};
+use super::segments::read;
 use super::state::{job_of, State};
 use super::writes::Tx;
 use crate::store::{
@@ -45,9 +46,20 @@ fn bury(tx: &mut Tx<'_>, job: JobRecord, reason: String, now_ms: i64) {
     }));
 }
 
-/// One delivery step: outcomes first, then leases (with each leased job's event).
-pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, StoreError> {
+/// A leased job whose event the caller reads, once the step is durable: where the event is, and
+/// the segment's file (open, so a segment removed meanwhile still reads).
+pub(super) type Unread = (JobRecord, (Loc, Arc<std::fs::File>));
+
+/// One delivery step: outcomes first, then leases. The leased jobs' events are read by the
+/// caller ([`read_started`]), not here: reading them back from the segments (a backlog pages
+/// jobs whose events the page cache holds, not memory) would hold the commit thread, and the
+/// log's lock with it, for every reader and writer.
+pub(super) fn step(
+    tx: &mut Tx<'_>,
+    step: &DeliveryStep,
+) -> Result<(StepOutcome, Vec<Unread>), StoreError> {
     let mut out = StepOutcome::default();
+    let mut to_read = Vec::with_capacity(step.start.len());
     let mut stats = StatsCache::default();
     let mut failing: HashSet<(String, Uuid)> = HashSet::new();
     for s in &step.settle {
@@ -87,7 +99,7 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
                 continue;
             }
         };
-        let Some(event) = tx.stored_event(&job.tenant, job.event_seq)? else {
+        let Some(at) = tx.event_at(&job.tenant, job.event_seq)? else {
             stats.get(tx.state, &job).dead_letters += 1;
             bury(tx, job, EVENT_GONE.into(), step.now_ms);
             out.poisoned.push(*id);
@@ -97,7 +109,7 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
             job: next.clone(),
             leased: true,
         });
-        out.started.push(Started { job: next, event });
+        to_read.push((next, at));
     }
     for key in failing {
         if let Some(s) = stats.0.get(&key) {
@@ -105,6 +117,19 @@ pub(super) fn step(tx: &mut Tx<'_>, step: &DeliveryStep) -> Result<StepOutcome, 
         }
     }
     stats.record(tx);
+    Ok((out, to_read))
+}
+
+/// The started jobs of a durable step, with their events read from the segments.
+pub(super) fn read_started(
+    mut out: StepOutcome,
+    unread: Vec<Unread>,
+) -> Result<StepOutcome, StoreError> {
+    out.started.reserve(unread.len());
+    for (job, (loc, file)) in unread {
+        let event = Record::decode(&read(&file, loc)?)?.into_event()?;
+        out.started.push(Started { job, event });
+    }
     Ok(out)
 }
 

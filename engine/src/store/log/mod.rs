@@ -335,8 +335,10 @@ impl Jobs for LogStore {
     /// with leases goes at once.
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
         let riding = step.start.is_empty();
-        self.queue(riding, move |tx| delivery::step(tx, &step))
-            .await
+        let (out, unread) = self
+            .queue(riding, move |tx| delivery::step(tx, &step))
+            .await?;
+        delivery::read_started(out, unread)
     }
 
     async fn dead_letters(

@@ -9,7 +9,7 @@ use super::segments::{read, Segments};
 use super::state::{EventEntry, State};
 use crate::store::{
     BatchOutcome, DlqObservation, Fence, InboxEvent, IngestBatch, JobRecord, StoreError,
-    StoredEvent, StoredEventRef, UnitId,
+    StoredEventRef, UnitId,
 };
 
 /// One group's view while it is built: the indexes, the frame, the segments to read from.
@@ -50,12 +50,22 @@ impl Tx<'_> {
         Record::decode(&read(&file, loc)?)
     }
 
-    /// A tenant's stored event at `seq`, if it is still kept.
-    pub fn stored_event(&self, tenant: &str, seq: u64) -> Result<Option<StoredEvent>, StoreError> {
+    /// Where a tenant's stored event at `seq` is, with its segment's file, if it is still kept.
+    /// An event of this group's frame is read there once the frame landed (the reader reads
+    /// after the group's answer).
+    pub fn event_at(
+        &self,
+        tenant: &str,
+        seq: u64,
+    ) -> Result<Option<(Loc, std::sync::Arc<std::fs::File>)>, StoreError> {
         let Some(entry) = self.state.events.get(tenant).and_then(|e| e.get(seq)) else {
             return Ok(None);
         };
-        self.read(entry.loc)?.into_event().map(Some)
+        let file = self
+            .segments
+            .reader(entry.loc)
+            .ok_or_else(|| StoreError::Corrupt(format!("log segment {} is gone", entry.loc.seg)))?;
+        Ok(Some((entry.loc, file)))
     }
 }
 
