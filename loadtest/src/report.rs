@@ -596,13 +596,26 @@ fn floor_row(
         )
     });
     let when = match f.rate {
+        0 if f.pipelined => "of the backlog, syncs overlapping the consuming".to_owned(),
         0 => "of the backlog, a sync per group of up to 1,000".to_owned(),
         r => format!("at {r}/s, a sync per record"),
+    };
+    let (taking, syncing) = match f.pipelined {
+        true => ("taking and appending the record", "sync"),
+        false => ("taking the record", "append + sync"),
     };
     let (work, post) = if f.posted {
         (
             "consume, append + `fdatasync`, keep-alive POST per record",
             format!(" · POST and answer {:.0}", per(f.post_seconds)),
+        )
+    } else if f.pipelined {
+        (
+            "consume and append on one thread, `fdatasync` of what is appended on another",
+            format!(
+                " · the hub's durable rate is **{:.2}** of this",
+                hub_durable_rate * f.seconds.max(1e-9) / f.records.max(1) as f64
+            ),
         )
     } else {
         (
@@ -615,7 +628,7 @@ fn floor_row(
     };
     let _ = writeln!(
         md,
-        "| the floor {when} (one process, same run: {work}) | {} records in {:.1} s ({:.0}/s) · **{:.0} µs per record**: librdkafka's threads {:.0} · taking the record {:.0} · append + sync {:.0}{post}{over} |",
+        "| the floor {when} (one process, same run: {work}) | {} records in {:.1} s ({:.0}/s) · **{:.0} µs per record**: librdkafka's threads {:.0} · {taking} {:.0} · {syncing} {:.0}{post}{over} |",
         f.records,
         f.seconds,
         f.records as f64 / f.seconds.max(1e-9),
