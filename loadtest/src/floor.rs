@@ -17,10 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::FutureProducer;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::kafka::{self, Budget};
@@ -41,22 +39,26 @@ pub struct FloorFigures {
     pub records: u64,
     /// Whether each record was POSTed (delivery's floor) or only made durable (ingest's).
     pub posted: bool,
-    /// Whether a thread of its own synced what the main thread appended (ingest's backlog).
-    pub pipelined: bool,
     pub seconds: f64,
     /// Every thread of the probe (user + system, from `/proc/self/task/*/schedstat`).
     pub cpu_seconds: f64,
     /// librdkafka's threads (fetching, decoding, queueing).
     pub kafka_threads_seconds: f64,
-    /// The probe's thread: taking records from librdkafka's queue, and the two below.
-    pub main_seconds: f64,
-    /// Appending each record and syncing it (`fdatasync`).
+    /// The probe's thread taking records from librdkafka's queue.
+    pub taking_seconds: f64,
+    /// Appending each record and syncing it (`fdatasync`), on whichever thread did it.
     pub sync_seconds: f64,
     /// POSTing each record and reading the answer.
     pub post_seconds: f64,
 }
 
 impl FloorFigures {
+    /// Whether a thread of its own synced what the main thread appended: ingest's floor over a
+    /// backlog.
+    pub fn pipelined(&self) -> bool {
+        self.rate == 0 && !self.posted
+    }
+
     /// CPU per record, in microseconds.
     pub fn per_record_us(&self, seconds: f64) -> f64 {
         seconds * 1e6 / self.records.max(1) as f64
@@ -205,20 +207,12 @@ fn paced(rate: u64, records: u64, elapsed: Duration, n: u64) -> Budget {
 /// The probe's process: `args` is what follows [`CHILD_FLAG`].
 pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     let spec: Spec = serde_json::from_str(args.first().map_or("", String::as_str))?;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &spec.brokers)
-        .set(
-            "group.id",
-            format!("loadtest-floor-{}", uuid::Uuid::now_v7().simple()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("queued.max.messages.kbytes", "65536")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..spec.partitions {
-        tpl.add_partition_offset(&spec.topic, p, Offset::Beginning)?;
-    }
-    consumer.assign(&tpl)?;
+    let consumer = kafka::from_the_start(
+        &spec.brokers,
+        &spec.topic,
+        spec.partitions,
+        "loadtest-floor",
+    )?;
     let _ = consumer.poll(Duration::from_millis(200));
     let mut file = std::fs::File::create(spec.dir.join("floor.log"))?;
     let mut http = spec.url.as_deref().map(Post::connect).transpose()?;
@@ -242,8 +236,8 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
         (0, None) => Some(Syncer::start(file.try_clone()?)),
         _ => None,
     };
-    let pipelined = syncer.is_some();
-    let (mut count, mut sync, mut post) = (0u64, 0u64, 0u64);
+    // CPU of the main thread appending and syncing (or handing the sync over), and POSTing.
+    let (mut count, mut durable, mut post) = (0u64, 0u64, 0u64);
     let mut first: Option<(Instant, u64, u64)> = None;
     let mut group = Vec::with_capacity(group_max);
     while count < spec.records && Instant::now() < deadline {
@@ -276,28 +270,26 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
             }
         }
         let posted = clock.now()?;
-        sync += synced - before;
+        durable += synced - before;
         post += posted - synced;
         count += group.len() as u64;
     }
-    if let Some(syncer) = syncer {
-        // Its thread's CPU is the sync's; the main thread's appends stay in "taking".
-        sync = syncer.finish()?;
-    }
+    let syncing = match syncer {
+        Some(syncer) => syncer.finish()?,
+        None => 0,
+    };
     let (at, cpu0, main0) = first.ok_or_else(|| anyhow::anyhow!("no record reached the probe"))?;
     let (cpu, main) = (process_cpu_ns()? - cpu0, clock.now()? - main0);
-    let main = if pipelined { main + sync } else { main };
     let s = |ns: u64| ns as f64 / 1e9;
     let figures = FloorFigures {
         rate: spec.rate,
         records: count,
         posted: spec.url.is_some(),
-        pipelined,
         seconds: at.elapsed().as_secs_f64(),
         cpu_seconds: s(cpu),
-        kafka_threads_seconds: s(cpu.saturating_sub(main)),
-        main_seconds: s(main),
-        sync_seconds: s(sync),
+        kafka_threads_seconds: s(cpu.saturating_sub(main + syncing)),
+        taking_seconds: s(main.saturating_sub(durable + post)),
+        sync_seconds: s(durable + syncing),
         post_seconds: s(post),
     };
     #[allow(clippy::print_stdout)]

@@ -224,6 +224,31 @@ impl CommittedReader {
     }
 }
 
+/// A consumer of a group of its own (`group` and a fresh suffix), assigned every partition of
+/// `topic` from its first record, with the hub's fetch settings and no commits.
+pub fn from_the_start(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    group: &str,
+) -> anyhow::Result<BaseConsumer> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set(
+            "group.id",
+            format!("{group}-{}", uuid::Uuid::now_v7().simple()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("queued.max.messages.kbytes", "65536")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    Ok(consumer)
+}
+
 /// The physical limit: a plain rdkafka consumer reading the whole topic from the start with the
 /// hub's fetch settings, doing nothing with the records. Returns (records, seconds from the first
 /// record to the last).
@@ -234,20 +259,7 @@ pub fn raw_consume(
     expected: u64,
     limit: Duration,
 ) -> anyhow::Result<(u64, f64)> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set(
-            "group.id",
-            format!("loadtest-raw-{}", uuid::Uuid::now_v7().simple()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("queued.max.messages.kbytes", "65536")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
-    }
-    consumer.assign(&tpl)?;
+    let consumer = from_the_start(brokers, topic, partitions, "loadtest-raw")?;
     let deadline = Instant::now() + limit;
     let (mut count, mut bytes) = (0u64, 0usize);
     let mut first = None;

@@ -91,11 +91,12 @@ impl TenantIndex {
 
 /// The index of one revision of the subscriptions. Each tenant's part is shared with the
 /// revisions before it until one of the tenant's subscriptions changes, so a change costs its
-/// tenant's subscriptions, not every tenant's.
+/// tenant's subscriptions, not every tenant's (plus a copy of the map's pointers: the keys are
+/// shared too).
 #[derive(Debug, Default)]
 pub struct MatchIndex {
     pub revision: u64,
-    tenants: HashMap<String, Arc<TenantIndex>>,
+    tenants: HashMap<Arc<str>, Arc<TenantIndex>>,
 }
 
 /// Whether a subscription takes deliveries at all (R-MA-1): enabled, verified, not deleted.
@@ -122,7 +123,7 @@ impl MatchIndex {
         let mut tenants = self.tenants.clone();
         for (tenant, subs) in changed {
             match TenantIndex::build(subs) {
-                Some(t) => tenants.insert(tenant.to_owned(), Arc::new(t)),
+                Some(t) => tenants.insert(Arc::from(tenant), Arc::new(t)),
                 None => tenants.remove(tenant),
             };
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::record::{Change, Loc, Record};
-use super::segments::read;
+use super::record::{Change, Loc};
+use super::segments::read_record;
 use super::state::{job_of, State};
 use super::writes::Tx;
 use crate::store::{
@@ -127,7 +127,7 @@ pub(super) fn read_started(
 ) -> Result<StepOutcome, StoreError> {
     out.started.reserve(unread.len());
     for (job, (loc, file)) in unread {
-        let event = Record::decode(&read(&file, loc)?)?.into_event()?;
+        let event = read_record(&file, loc)?.into_event()?;
         out.started.push(Started { job, event });
     }
     Ok(out)

@@ -166,7 +166,7 @@ fn read_records(
         .into_iter()
         .map(|(loc, file)| {
             let file = file.ok_or_else(|| StoreError::Corrupt("a log segment is gone".into()))?;
-            Record::decode(&segments::read(&file, loc)?)
+            segments::read_record(&file, loc)
         })
         .collect()
 }
@@ -187,7 +187,7 @@ fn forensic_page<T>(
             });
         }
         let file = file.ok_or_else(|| StoreError::Corrupt("a log segment is gone".into()))?;
-        let change = Record::decode(&segments::read(&file, loc)?)?.into_change()?;
+        let change = segments::read_record(&file, loc)?.into_change()?;
         if let Some(item) = pick(change).filter(|i| keep(i)) {
             items.push(item);
         }

@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::record::{frames, Loc};
+use super::record::{frames, Loc, Record};
 use crate::store::unavailable;
 use crate::store::StoreError;
 
@@ -249,12 +249,12 @@ impl Segments {
     }
 }
 
-/// Reads the record at `loc` (kind byte on).
-pub(super) fn read(file: &File, loc: Loc) -> Result<Vec<u8>, StoreError> {
+/// Reads and decodes the record at `loc`.
+pub(super) fn read_record(file: &File, loc: Loc) -> Result<Record, StoreError> {
     let mut bytes = vec![0; loc.len as usize];
     file.read_exact_at(&mut bytes, loc.offset)
         .map_err(unavailable)?;
-    Ok(bytes)
+    Record::decode(&bytes)
 }
 
 fn open_file(path: &Path) -> Result<File, StoreError> {

@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::record::{Change, Frame, Loc, Record};
-use super::segments::{read, Segments};
+use super::segments::{read_record, Segments};
 use super::state::{EventEntry, State};
 use crate::store::{
     BatchOutcome, DlqObservation, Fence, InboxEvent, IngestBatch, JobRecord, StoreError,
@@ -47,7 +47,7 @@ impl Tx<'_> {
             .segments
             .reader(loc)
             .ok_or_else(|| StoreError::Corrupt(format!("log segment {} is gone", loc.seg)))?;
-        Record::decode(&read(&file, loc)?)
+        read_record(&file, loc)
     }
 
     /// Where a tenant's stored event at `seq` is, with its segment's file, if it is still kept.
