@@ -120,6 +120,10 @@ pub struct HubConfig {
     /// `false` sends them through the tokio client like every other kind. Env
     /// `STREAMING_HUB_WEBHOOKS_ON_SHARDS`. Default true.
     pub webhooks_on_shards: bool,
+    /// Each shard takes its own Kafka partitions' records from the client (issue 17: no thread
+    /// hands every record over); `false` has the consumer thread route every record to its
+    /// shard. Env `STREAMING_HUB_KAFKA_PARTITIONS_ON_SHARDS`. Default true.
+    pub kafka_partitions_on_shards: bool,
     /// Started attempts without an outcome before a job is dead-lettered as poison (R-DI-8).
     /// Env `STREAMING_HUB_RECOVERY_LIMIT`. Default 5.
     pub recovery_limit: u32,
@@ -215,6 +219,7 @@ impl Default for HubConfig {
             max_header_bytes: 4096,
             delivery_workers: 8,
             webhooks_on_shards: true,
+            kafka_partitions_on_shards: true,
             recovery_limit: 5,
             autodisable_enabled: true,
             autodisable_window_ms: crate::delivery::autodisable::DEFAULT_WINDOW_MS,
@@ -395,6 +400,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("WEBHOOKS_ON_SHARDS") {
             self.webhooks_on_shards = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("KAFKA_PARTITIONS_ON_SHARDS") {
+            self.kafka_partitions_on_shards = parse(&k, v)?;
         }
         if let Some((k, v)) = env("RECOVERY_LIMIT") {
             self.recovery_limit = parse(&k, v)?;

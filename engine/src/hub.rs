@@ -15,6 +15,7 @@ use crate::delivery::start::{Delivery, ShardLane as DeliveryLane};
 use crate::ingest::assignment::Assignment;
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, ConsumerWork, KafkaSettings};
+use crate::ingest::partition_feed::{PartitionFeed, ShardQueues};
 use crate::ingest::shard::ShardIngest;
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
 use crate::readiness::{ComponentState, Readiness};
@@ -231,6 +232,12 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         .unzip();
     let (commit_tx, commit_rx) = mpsc::channel();
     let kafka_on = config.kafka_brokers.is_some();
+    let (feed, shard_queues) = if kafka_on && config.kafka_partitions_on_shards {
+        let (feed, queues) = PartitionFeed::new(shards);
+        (Some(feed), Some(queues))
+    } else {
+        (None, None)
+    };
     let assignment = Arc::new(Assignment::new(delivery.ownership.clone()));
     let mut threads = vec![start_shards(
         &config,
@@ -242,6 +249,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             commits: commit_tx,
             observer: catalog,
             records: kafka_on.then_some(record_receivers),
+            queues: shard_queues,
             assignment: assignment.clone(),
             lanes: delivery.lanes(&store, &bridge),
         },
@@ -273,7 +281,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             backpressure: delivery.backpressure.clone(),
             assignment,
         };
-        threads.extend(start_kafka(settings, store.clone(), bridge, work)?);
+        threads.extend(start_kafka(settings, store.clone(), bridge, work, feed)?);
     } else {
         drop(record_senders);
     }
@@ -334,6 +342,8 @@ struct ShardWork {
     commits: mpsc::Sender<crate::ingest::kafka::Commit>,
     observer: Arc<dyn KeyObserver>,
     records: Option<Vec<async_channel::Receiver<RecordIn>>>,
+    /// Each shard's own partitions' queues, when the client's partitions are split to the shards.
+    queues: Option<Vec<ShardQueues>>,
     /// The partitions this member holds: a shard claims only those.
     assignment: Arc<Assignment>,
     lanes: Vec<Option<DeliveryLane>>,
@@ -358,9 +368,14 @@ fn start_shards(
                 commits,
                 observer,
                 records,
+                queues,
                 assignment,
                 lanes,
             } = work;
+            let queues = Arc::new(std::sync::Mutex::new(queues.map_or_else(
+                || (0..shards).map(|_| None).collect(),
+                |q| q.into_iter().map(Some).collect::<Vec<_>>(),
+            )));
             let records = Arc::new(std::sync::Mutex::new(records.map_or_else(
                 || (0..shards).map(|_| None).collect(),
                 |r| r.into_iter().map(Some).collect::<Vec<_>>(),
@@ -376,6 +391,10 @@ fn start_shards(
                         .lock()
                         .ok()
                         .and_then(|mut r| r.get_mut(id.0).and_then(Option::take));
+                    let own_queues = queues
+                        .lock()
+                        .ok()
+                        .and_then(|mut q| q.get_mut(id.0).and_then(Option::take));
                     let lane = lanes
                         .lock()
                         .ok()
@@ -396,7 +415,7 @@ fn start_shards(
                         started.fetch_add(1, Ordering::AcqRel);
                         let ingest = async {
                             if let Some(rx) = rx {
-                                ingest.run(rx).await;
+                                ingest.run(rx, own_queues).await;
                             }
                         };
                         let deliver = async {
@@ -421,15 +440,18 @@ fn start_kafka(
     store: Arc<dyn Store>,
     bridge: TokioBridge,
     work: ConsumerWork,
+    feed: Option<PartitionFeed>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     use rdkafka::consumer::Consumer;
-    let ingest_consumer = consumer(&settings, "", Some(work.assignment.clone()))
-        .context("creating the kafka consumer")?;
+    let ingest_consumer = Arc::new(
+        consumer(&settings, "", Some(work.assignment.clone()), feed)
+            .context("creating the kafka consumer")?,
+    );
     ingest_consumer
         .subscribe(&[&settings.sources.ingest_pattern()])
         .context("subscribing to the sources' topics")?;
     let dlq_consumer =
-        consumer(&settings, "-dlq-observer", None).context("creating the dlq consumer")?;
+        consumer(&settings, "-dlq-observer", None, None).context("creating the dlq consumer")?;
     dlq_consumer
         .subscribe(&[&settings.sources.dlq_pattern()])
         .context("subscribing to the sources' .dlq topics")?;

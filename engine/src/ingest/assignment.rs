@@ -84,6 +84,17 @@ impl Assignment {
         self.lock().partitions = partitions.into_iter().collect();
     }
 
+    /// Partitions about to be assigned (an incremental assignment, before the client fetches
+    /// them): held from now on, so a shard taking their records straight from the client
+    /// (`partition_feed`) may write them at once. The next `set` confirms them.
+    pub fn add(&self, partitions: &[Partition]) {
+        let mut state = self.lock();
+        state.partitions.extend(partitions.iter().cloned());
+        let all: Vec<Partition> = state.partitions.iter().cloned().collect();
+        drop(state);
+        self.ownership.set_assignment(&all);
+    }
+
     /// Whether the group assigned this member `(topic, partition)`.
     #[must_use]
     pub fn holds(&self, topic: &str, partition: i32) -> bool {

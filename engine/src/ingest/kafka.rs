@@ -20,6 +20,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::assignment::Assignment;
+use super::partition_feed::PartitionFeed;
 use super::router::shard_for;
 use super::RecordIn;
 use crate::delivery::backpressure::Backpressure;
@@ -62,6 +63,8 @@ pub type HubConsumer = BaseConsumer<HubContext>;
 #[derive(Debug, Default)]
 pub struct HubContext {
     assignment: Option<Arc<Assignment>>,
+    /// Hands each assigned partition's own queue to its shard (`partition_feed`).
+    feed: Option<PartitionFeed>,
     /// Set when an offset commit failed (reported later, for an asynchronous one): the
     /// committer sends every durable position again.
     commit_failed: AtomicBool,
@@ -103,7 +106,10 @@ impl rdkafka::consumer::ConsumerContext for HubContext {
         }
     }
 
-    /// Before partitions go: the shards stop writing them, and this waits (up to
+    /// Before partitions come: they count as held, and each one's queue goes to its shard,
+    /// before librdkafka fetches a record of them (`partition_feed`).
+    ///
+    /// Before partitions go: the shards stop taking and writing them, and this waits (up to
     /// `REVOKE_WAIT`) for the writes under way, so the group hands them to the next owner only
     /// once no batch of this member still races its replay (`ingest::assignment`).
     fn pre_rebalance(
@@ -111,16 +117,30 @@ impl rdkafka::consumer::ConsumerContext for HubContext {
         _consumer: &BaseConsumer<Self>,
         rebalance: &rdkafka::consumer::Rebalance<'_>,
     ) {
-        let (Some(assignment), rdkafka::consumer::Rebalance::Revoke(list)) =
-            (&self.assignment, rebalance)
-        else {
+        let Some(assignment) = &self.assignment else {
             return;
         };
-        let revoked: Vec<(String, i32)> = list
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_owned(), e.partition()))
-            .collect();
+        let listed = |list: &TopicPartitionList| -> Vec<(String, i32)> {
+            list.elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .collect()
+        };
+        let revoked = match rebalance {
+            rdkafka::consumer::Rebalance::Assign(list) => {
+                if let Some(feed) = &self.feed {
+                    let assigned = listed(list);
+                    assignment.add(&assigned);
+                    feed.take(&assigned);
+                }
+                return;
+            }
+            rdkafka::consumer::Rebalance::Revoke(list) => listed(list),
+            rdkafka::consumer::Rebalance::Error(_) => return,
+        };
+        if let Some(feed) = &self.feed {
+            feed.release(&revoked);
+        }
         let started = Instant::now();
         if !assignment.revoke(&revoked, REVOKE_WAIT) {
             tracing::warn!(
@@ -165,11 +185,13 @@ pub fn no_topic_yet(error: &rdkafka::error::KafkaError) -> bool {
 
 /// Builds a consumer with the hub's settings: manual commits, earliest reset, cooperative
 /// rebalancing so a new member does not stop every partition. `assignment`, if given, follows
-/// every rebalance.
+/// every rebalance; `feed`, if given, hands each assigned partition to its shard (attach the
+/// consumer to it before the first poll).
 pub fn consumer(
     settings: &KafkaSettings,
     group_suffix: &str,
     assignment: Option<Arc<Assignment>>,
+    feed: Option<PartitionFeed>,
 ) -> rdkafka::error::KafkaResult<HubConsumer> {
     let mut config = ClientConfig::new();
     settings.security.apply(&mut config);
@@ -204,6 +226,7 @@ pub fn consumer(
         )
         .create_with_context(HubContext {
             assignment,
+            feed,
             commit_failed: AtomicBool::new(false),
         })
 }
@@ -252,7 +275,10 @@ pub struct ConsumerWork {
 /// The poll loop of the ingest consumer (subscribed by the caller). Runs until `stop` is set,
 /// then waits up to `drain` for the shards to finish their queued records and commits what they
 /// reported durable.
-pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow::Result<()> {
+pub fn run_ingest_consumer(consumer: Arc<HubConsumer>, work: ConsumerWork) -> anyhow::Result<()> {
+    if let Some(feed) = &consumer.context().feed {
+        feed.attach(&consumer);
+    }
     let mut router = Router {
         consumer: &consumer,
         shards: work.shards,
@@ -323,13 +349,14 @@ pub fn run_ingest_consumer(consumer: HubConsumer, work: ConsumerWork) -> anyhow:
 /// on a thread of its own, and one still pending after `within` is left to the process's exit:
 /// nothing is lost, the partitions' next owner replays from the last commit and dedup absorbs
 /// the repeats.
-pub fn leave_group(consumer: HubConsumer, within: Duration, which: &'static str) {
+pub fn leave_group<C: Send + 'static>(consumer: C, within: Duration, which: &'static str) {
     let started = Instant::now();
     let (closed_tx, closed_rx) = mpsc::channel::<()>();
     let closing = std::thread::Builder::new()
         .name("hub-kafka-close".into())
         .spawn(move || {
-            // The consumer's drop closes it: leaves the group, serving the close's callbacks.
+            // The consumer's last handle's drop closes it: leaves the group, serving the close's
+            // callbacks. (The shards' partition queues hold it too; they drop them as they stop.)
             drop(consumer);
             let _ = closed_tx.send(());
         });

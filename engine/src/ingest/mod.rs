@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod kafka;
 pub mod kafka_security;
 pub mod kafka_topics;
+pub mod partition_feed;
 pub mod router;
 pub mod shard;
 

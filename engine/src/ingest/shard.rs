@@ -9,9 +9,12 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::{select, Either};
+
 use super::assignment::Assignment;
 use super::jobs::JobRouting;
 use super::kafka::Commit;
+use super::partition_feed::ShardQueues;
 use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{BatchOutcome, Fence, IngestBatch, Store, StoreError, UnitId};
@@ -52,17 +55,16 @@ pub struct ShardIngest {
 }
 
 impl ShardIngest {
-    /// Runs until the record channel closes.
-    pub async fn run(self, records: async_channel::Receiver<RecordIn>) {
+    /// Runs until the record channel closes. Records come from the shard's own partitions'
+    /// queues (`queues`, when the client's partitions are split to the shards), and from the
+    /// channel for those the consumer thread routes.
+    pub async fn run(
+        self,
+        records: async_channel::Receiver<RecordIn>,
+        mut queues: Option<ShardQueues>,
+    ) {
         let mut fences: HashMap<UnitId, Fence> = HashMap::new();
-        while let Ok(first) = records.recv().await {
-            let mut pass = vec![first];
-            while pass.len() < self.max_batch {
-                match records.try_recv() {
-                    Ok(r) => pass.push(r),
-                    Err(_) => break,
-                }
-            }
+        while let Some(pass) = self.next_pass(&records, queues.as_mut()).await {
             let started = std::time::Instant::now();
             let (count, units) = (pass.len(), group_by_unit(pass));
             let unit_count = units.len();
@@ -78,6 +80,51 @@ impl ShardIngest {
                 };
             }
             log_slow_pass(started.elapsed(), count, unit_count, records.len());
+        }
+        if let Some(queues) = &mut queues {
+            queues.close();
+        }
+    }
+
+    /// The next pass, at most `max_batch` records: those the consumer thread routed here first,
+    /// then the shard's own partitions'. Waits while there are none; none once the consumer
+    /// thread closed the channel (a stop: what the partitions' queues still hold is replayed by
+    /// their next owner).
+    async fn next_pass(
+        &self,
+        records: &async_channel::Receiver<RecordIn>,
+        mut queues: Option<&mut ShardQueues>,
+    ) -> Option<Vec<RecordIn>> {
+        let mut pass = Vec::new();
+        loop {
+            while pass.len() < self.max_batch {
+                match records.try_recv() {
+                    Ok(r) => pass.push(r),
+                    Err(async_channel::TryRecvError::Empty) => break,
+                    Err(async_channel::TryRecvError::Closed) => {
+                        return (!pass.is_empty()).then_some(pass)
+                    }
+                }
+            }
+            if let Some(q) = queues.as_deref_mut() {
+                q.take(&mut pass, self.max_batch);
+            }
+            if !pass.is_empty() {
+                return Some(pass);
+            }
+            let routed = Box::pin(records.recv());
+            let next = match queues.as_deref() {
+                Some(q) => match select(routed, Box::pin(q.wait())).await {
+                    Either::Left((next, _)) => Some(next),
+                    Either::Right(_) => None,
+                },
+                None => Some(routed.await),
+            };
+            match next {
+                Some(Ok(r)) => pass.push(r),
+                Some(Err(_)) => return None,
+                None => {}
+            }
         }
     }
 

@@ -549,7 +549,7 @@ async fn r_op_1_a_consumer_leaving_its_group_gives_up_waiting_after_its_bound() 
         security: Default::default(),
         sources: Default::default(),
     };
-    let member = consumer(&settings, "", Some(assignment.clone())).expect("consumer");
+    let member = consumer(&settings, "", Some(assignment.clone()), None).expect("consumer");
     member.subscribe(&[&topic]).expect("subscribe");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !assignment.holds(&topic, 0) {
