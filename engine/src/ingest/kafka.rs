@@ -231,6 +231,14 @@ pub fn consumer(
         })
 }
 
+/// Gives the consumer's partition feed, if it has one, the consumer to split queues from. Before
+/// the first poll (the first assignment is served inside it).
+pub fn attach_feed(consumer: &Arc<HubConsumer>) {
+    if let Some(feed) = &consumer.context().feed {
+        feed.attach(consumer);
+    }
+}
+
 /// Copies a message out of librdkafka's buffers.
 pub fn record_from<M: Message>(m: &M) -> RecordIn {
     let headers = m
@@ -276,9 +284,7 @@ pub struct ConsumerWork {
 /// then waits up to `drain` for the shards to finish their queued records and commits what they
 /// reported durable.
 pub fn run_ingest_consumer(consumer: Arc<HubConsumer>, work: ConsumerWork) -> anyhow::Result<()> {
-    if let Some(feed) = &consumer.context().feed {
-        feed.attach(&consumer);
-    }
+    attach_feed(&consumer);
     let mut router = Router {
         consumer: &consumer,
         shards: work.shards,

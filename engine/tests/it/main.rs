@@ -15,6 +15,7 @@ mod ingest_kafka;
 mod keys;
 mod logs;
 mod ownership_view;
+mod partition_feed;
 mod partners;
 mod pull;
 mod pull_grpc;
