@@ -132,15 +132,29 @@ async fn assert_store_matches(store: &dyn Store, produced: &Produced, topic: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters_embedded() {
-    fifty_thousand_mixed_records(Backend::Embedded).await;
+    fifty_thousand_mixed_records(Backend::Embedded, Taken::ByShards).await;
+}
+
+/// The same with every record routed by the consumer thread
+/// (`STREAMING_HUB_KAFKA_PARTITIONS_ON_SHARDS=false`), the path before issue 17's split queues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_6_kafka_50k_mixed_records_land_exactly_routed_by_the_consumer_thread_embedded() {
+    fifty_thousand_mixed_records(Backend::Embedded, Taken::RoutedByTheConsumerThread).await;
+}
+
+/// Who takes a partition's records from the Kafka client.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    ByShards,
+    RoutedByTheConsumerThread,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_in_6_kafka_50k_mixed_records_land_exactly_with_exact_counters_cql() {
-    fifty_thousand_mixed_records(Backend::Cql).await;
+    fifty_thousand_mixed_records(Backend::Cql, Taken::ByShards).await;
 }
 
-async fn fifty_thousand_mixed_records(backend: Backend) {
+async fn fifty_thousand_mixed_records(backend: Backend, taken: Taken) {
     let _alone = exclusive_broker().await;
     let ns = format!("k{}", uuid::Uuid::now_v7().simple());
     let source = ns.clone();
@@ -148,7 +162,21 @@ async fn fifty_thousand_mixed_records(backend: Backend) {
     let produced = produce_workload(&topic, &source, &ns, RECORDS, 7).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let group = format!("{ns}-group");
-    let engine = on_source(dir.path(), &group, free_port(), backend, &source);
+    let on_shards = if taken == Taken::ByShards {
+        "true"
+    } else {
+        "false"
+    };
+    let engine = Engine::start_with(
+        dir.path(),
+        &group,
+        free_port(),
+        backend,
+        &[
+            ("STREAMING_HUB_KAFKA_SOURCES", &source),
+            ("STREAMING_HUB_KAFKA_PARTITIONS_ON_SHARDS", on_shards),
+        ],
+    );
     engine.wait_ready().await;
     wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
 
