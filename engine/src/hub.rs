@@ -372,33 +372,19 @@ fn start_shards(
                 assignment,
                 lanes,
             } = work;
-            let queues = Arc::new(std::sync::Mutex::new(queues.map_or_else(
-                || (0..shards).map(|_| None).collect(),
-                |q| q.into_iter().map(Some).collect::<Vec<_>>(),
-            )));
-            let records = Arc::new(std::sync::Mutex::new(records.map_or_else(
-                || (0..shards).map(|_| None).collect(),
-                |r| r.into_iter().map(Some).collect::<Vec<_>>(),
-            )));
-            let lanes = Arc::new(std::sync::Mutex::new(lanes));
+            let (records, queues) = (
+                PerShard::new(records, shards),
+                PerShard::new(queues, shards),
+            );
+            let lanes = PerShard::of(lanes);
             let result = spawn_shards(
                 &ShardConfig {
                     shards,
                     ..ShardConfig::default()
                 },
                 move |id| {
-                    let rx = records
-                        .lock()
-                        .ok()
-                        .and_then(|mut r| r.get_mut(id.0).and_then(Option::take));
-                    let own_queues = queues
-                        .lock()
-                        .ok()
-                        .and_then(|mut q| q.get_mut(id.0).and_then(Option::take));
-                    let lane = lanes
-                        .lock()
-                        .ok()
-                        .and_then(|mut l| l.get_mut(id.0).and_then(Option::take));
+                    let (rx, own_queues, lane) =
+                        (records.take(id.0), queues.take(id.0), lanes.take(id.0));
                     let ingest = ShardIngest {
                         store: store.clone(),
                         bridge: bridge.clone(),
@@ -434,6 +420,39 @@ fn start_shards(
         })?)
 }
 
+/// One item per shard, each taken once by the shard that starts with it (the shards' start
+/// closure is cloned for each shard's thread).
+struct PerShard<T>(Arc<std::sync::Mutex<Vec<Option<T>>>>);
+
+impl<T> Clone for PerShard<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T> PerShard<T> {
+    /// `items`, one per shard in order, or nothing for every shard.
+    fn new(items: Option<Vec<T>>, shards: usize) -> Self {
+        let items = items.map_or_else(
+            || (0..shards).map(|_| None).collect(),
+            |items| items.into_iter().map(Some).collect(),
+        );
+        Self::of(items)
+    }
+
+    /// Each shard's item, or none.
+    fn of(items: Vec<Option<T>>) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(items)))
+    }
+
+    fn take(&self, shard: usize) -> Option<T> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|mut items| items.get_mut(shard).and_then(Option::take))
+    }
+}
+
 /// Starts the ingest consumer thread and the DLQ observer; returns their threads.
 fn start_kafka(
     settings: KafkaSettings,
@@ -443,10 +462,8 @@ fn start_kafka(
     feed: Option<PartitionFeed>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     use rdkafka::consumer::Consumer;
-    let ingest_consumer = Arc::new(
-        consumer(&settings, "", Some(work.assignment.clone()), feed)
-            .context("creating the kafka consumer")?,
-    );
+    let ingest_consumer = consumer(&settings, "", Some(work.assignment.clone()), feed)
+        .context("creating the kafka consumer")?;
     ingest_consumer
         .subscribe(&[&settings.sources.ingest_pattern()])
         .context("subscribing to the sources' topics")?;

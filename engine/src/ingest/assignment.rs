@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::delivery::ownership::Ownership;
 
-type Partition = (String, i32);
+/// A Kafka partition: topic and number.
+pub type Partition = (String, i32);
 
 #[derive(Debug, Default)]
 struct State {

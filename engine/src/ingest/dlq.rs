@@ -43,7 +43,7 @@ pub fn observation(r: &RecordIn, now_ms: i64) -> DlqObservation {
 
 /// Polls `.dlq` topics until `stop`, recording observations before committing their offsets.
 pub fn run_dlq_consumer(
-    consumer: HubConsumer,
+    consumer: Arc<HubConsumer>,
     store: Arc<dyn Forensics>,
     tokio: tokio::runtime::Handle,
     stop: Arc<AtomicBool>,

@@ -19,7 +19,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::assignment::Assignment;
+use super::assignment::{Assignment, Partition};
 use super::partition_feed::PartitionFeed;
 use super::router::shard_for;
 use super::RecordIn;
@@ -120,22 +120,16 @@ impl rdkafka::consumer::ConsumerContext for HubContext {
         let Some(assignment) = &self.assignment else {
             return;
         };
-        let listed = |list: &TopicPartitionList| -> Vec<(String, i32)> {
-            list.elements()
-                .iter()
-                .map(|e| (e.topic().to_owned(), e.partition()))
-                .collect()
-        };
-        let revoked = match rebalance {
+        let revoked: Vec<Partition> = match rebalance {
             rdkafka::consumer::Rebalance::Assign(list) => {
                 if let Some(feed) = &self.feed {
-                    let assigned = listed(list);
+                    let assigned: Vec<Partition> = partitions_of(list).collect();
                     assignment.add(&assigned);
                     feed.take(&assigned);
                 }
                 return;
             }
-            rdkafka::consumer::Rebalance::Revoke(list) => listed(list),
+            rdkafka::consumer::Rebalance::Revoke(list) => partitions_of(list).collect(),
             rdkafka::consumer::Rebalance::Error(_) => return,
         };
         if let Some(feed) = &self.feed {
@@ -185,14 +179,14 @@ pub fn no_topic_yet(error: &rdkafka::error::KafkaError) -> bool {
 
 /// Builds a consumer with the hub's settings: manual commits, earliest reset, cooperative
 /// rebalancing so a new member does not stop every partition. `assignment`, if given, follows
-/// every rebalance; `feed`, if given, hands each assigned partition to its shard (attach the
-/// consumer to it before the first poll).
+/// every rebalance; `feed`, if given, hands each assigned partition to its shard. Shared
+/// (`Arc`): the feed splits partition queues from it, and each queue keeps it alive.
 pub fn consumer(
     settings: &KafkaSettings,
     group_suffix: &str,
     assignment: Option<Arc<Assignment>>,
     feed: Option<PartitionFeed>,
-) -> rdkafka::error::KafkaResult<HubConsumer> {
+) -> rdkafka::error::KafkaResult<Arc<HubConsumer>> {
     let mut config = ClientConfig::new();
     settings.security.apply(&mut config);
     // librdkafka refuses a fetch bound under its largest message (`message.max.bytes`, ~1 MB).
@@ -223,20 +217,17 @@ pub fn consumer(
         .set(
             "session.timeout.ms",
             settings.session_timeout_ms.to_string(),
-        )
-        .create_with_context(HubContext {
-            assignment,
-            feed,
-            commit_failed: AtomicBool::new(false),
-        })
-}
-
-/// Gives the consumer's partition feed, if it has one, the consumer to split queues from. Before
-/// the first poll (the first assignment is served inside it).
-pub fn attach_feed(consumer: &Arc<HubConsumer>) {
+        );
+    let consumer: Arc<HubConsumer> = Arc::new(config.create_with_context(HubContext {
+        assignment,
+        feed,
+        commit_failed: AtomicBool::new(false),
+    })?);
+    // Before the first poll, where the first assignment is served.
     if let Some(feed) = &consumer.context().feed {
-        feed.attach(consumer);
+        feed.attach(&consumer);
     }
+    Ok(consumer)
 }
 
 /// Copies a message out of librdkafka's buffers.
@@ -284,7 +275,6 @@ pub struct ConsumerWork {
 /// then waits up to `drain` for the shards to finish their queued records and commits what they
 /// reported durable.
 pub fn run_ingest_consumer(consumer: Arc<HubConsumer>, work: ConsumerWork) -> anyhow::Result<()> {
-    attach_feed(&consumer);
     let mut router = Router {
         consumer: &consumer,
         shards: work.shards,
@@ -391,15 +381,15 @@ fn publish_assignment(consumer: &HubConsumer, assignment: &Assignment) {
 }
 
 /// The partitions the group assigned this member, as the client knows them now.
-fn assigned_partitions(consumer: &HubConsumer) -> Option<HashSet<(String, i32)>> {
-    let assigned = consumer.assignment().ok()?;
-    Some(
-        assigned
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_owned(), e.partition()))
-            .collect(),
-    )
+fn assigned_partitions(consumer: &HubConsumer) -> Option<HashSet<Partition>> {
+    Some(partitions_of(&consumer.assignment().ok()?).collect())
+}
+
+/// The partitions a list names (its offsets left out).
+fn partitions_of(list: &TopicPartitionList) -> impl Iterator<Item = Partition> + '_ {
+    list.elements()
+        .into_iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
 }
 
 /// How long a revocation waits for the revoked partitions' writes under way (a batch on a
@@ -443,9 +433,9 @@ struct Committer<'c> {
     consumer: &'c HubConsumer,
     reports: mpsc::Receiver<Commit>,
     /// The highest reported next offset per partition.
-    durable: HashMap<(String, i32), i64>,
+    durable: HashMap<Partition, i64>,
     /// Partitions whose position moved since the last commit.
-    moved: HashSet<(String, i32)>,
+    moved: HashSet<Partition>,
     last: Instant,
     last_resend_all: Instant,
 }
@@ -535,7 +525,7 @@ impl<'c> Committer<'c> {
 
     /// Drops positions of partitions this member no longer holds: their new owner commits them
     /// (sending an old one again could move the group's position back).
-    fn forget_unassigned(&mut self, owned: &HashSet<(String, i32)>) {
+    fn forget_unassigned(&mut self, owned: &HashSet<Partition>) {
         self.durable.retain(|key, _| owned.contains(key));
         self.moved.retain(|key| owned.contains(key));
     }
@@ -546,7 +536,7 @@ struct Router<'c> {
     consumer: &'c HubConsumer,
     shards: Vec<async_channel::Sender<RecordIn>>,
     /// Records of partitions whose shard is full, in offset order, waiting for room.
-    waiting: HashMap<(String, i32), Waiting>,
+    waiting: HashMap<Partition, Waiting>,
     /// Every assigned partition is paused: delivery is behind (back-pressure).
     held_back: bool,
 }
@@ -614,7 +604,7 @@ impl Router<'_> {
 
     /// Drops waiting records of partitions this member no longer owns: their new owner
     /// replays them from the last commit.
-    fn forget_unassigned(&mut self, owned: &HashSet<(String, i32)>) {
+    fn forget_unassigned(&mut self, owned: &HashSet<Partition>) {
         self.waiting.retain(|key, _| owned.contains(key));
     }
 
@@ -644,7 +634,7 @@ impl Router<'_> {
         }
     }
 
-    fn pause(&self, key: &(String, i32), pause: bool) {
+    fn pause(&self, key: &Partition, pause: bool) {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&key.0, key.1);
         let result = if pause {

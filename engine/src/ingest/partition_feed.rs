@@ -22,11 +22,10 @@ use std::time::Duration;
 use futures::future::select;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 
+use super::assignment::Partition;
 use super::kafka::{record_from, HubConsumer, HubContext};
 use super::router::shard_for;
 use super::RecordIn;
-
-type Partition = (String, i32);
 
 /// What the consumer thread tells a shard about its partitions.
 enum FeedChange {

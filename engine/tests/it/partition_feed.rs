@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hub_engine::delivery::ownership::{Numbering, Ownership};
-use hub_engine::ingest::assignment::Assignment;
-use hub_engine::ingest::kafka::{attach_feed, consumer, leave_group, KafkaSettings};
+use hub_engine::ingest::kafka::{consumer, leave_group};
 use hub_engine::ingest::partition_feed::PartitionFeed;
 use hub_engine::ingest::router::shard_for;
 use hub_engine::ingest::RecordIn;
@@ -51,24 +49,15 @@ async fn r_in_7_each_shard_takes_its_own_partitions_records_in_order_and_none_re
     create_topic(&topic, PARTITIONS).await;
     produce_to_each_partition(&topic).await;
 
-    let assignment = Arc::new(Assignment::new(Arc::new(Ownership::new(
-        Numbering::ByPartition,
-        SHARDS,
-    ))));
-    let settings = KafkaSettings {
-        brokers: KAFKA.into(),
-        group_id: format!("feed-{}", Uuid::now_v7().simple()),
-        metadata_refresh_ms: 1_000,
-        session_timeout_ms: 6_000,
-        prefetch_kib: 64 << 10,
-        instance_id: None,
-        security: Default::default(),
-        sources: Default::default(),
-    };
+    let assignment = member_assignment(SHARDS);
     let (feed, mut shards) = PartitionFeed::new(SHARDS);
-    let member =
-        Arc::new(consumer(&settings, "", Some(assignment.clone()), Some(feed)).expect("consumer"));
-    attach_feed(&member);
+    let member = consumer(
+        &member_settings("feed"),
+        "",
+        Some(assignment.clone()),
+        Some(feed),
+    )
+    .expect("consumer");
     member.subscribe(&[&topic]).expect("subscribe");
 
     let mut taken: Vec<Vec<RecordIn>> = vec![Vec::new(); SHARDS];

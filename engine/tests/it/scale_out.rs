@@ -527,29 +527,19 @@ async fn r_in_8_a_tenant_spread_over_two_engines_keeps_a_gap_free_seq() {
 /// its own would hold the close for the whole revoke wait (10 s).
 #[tokio::test]
 async fn r_op_1_a_consumer_leaving_its_group_gives_up_waiting_after_its_bound() {
-    use hub_engine::delivery::ownership::{Numbering, Ownership};
-    use hub_engine::ingest::assignment::Assignment;
-    use hub_engine::ingest::kafka::{consumer, leave_group, KafkaSettings};
+    use hub_engine::ingest::kafka::{consumer, leave_group};
     use rdkafka::consumer::Consumer;
-    use std::sync::Arc;
 
     let topic = format!("lerian.streaming.leave-{}", Uuid::now_v7().simple());
     create_topic(&topic, 1).await;
-    let assignment = Arc::new(Assignment::new(Arc::new(Ownership::new(
-        Numbering::ByPartition,
-        1,
-    ))));
-    let settings = KafkaSettings {
-        brokers: KAFKA.into(),
-        group_id: format!("leave-{}", Uuid::now_v7().simple()),
-        metadata_refresh_ms: 1_000,
-        session_timeout_ms: 6_000,
-        prefetch_kib: 64 << 10,
-        instance_id: None,
-        security: Default::default(),
-        sources: Default::default(),
-    };
-    let member = consumer(&settings, "", Some(assignment.clone()), None).expect("consumer");
+    let assignment = member_assignment(1);
+    let member = consumer(
+        &member_settings("leave"),
+        "",
+        Some(assignment.clone()),
+        None,
+    )
+    .expect("consumer");
     member.subscribe(&[&topic]).expect("subscribe");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !assignment.holds(&topic, 0) {

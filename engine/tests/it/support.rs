@@ -566,6 +566,29 @@ pub async fn wait_caught_up(topic: &str, group: &str, limit: Duration) {
     }
 }
 
+/// Settings for a test that drives the hub's own consumer directly: a group of its own (`what`
+/// and a fresh suffix), metadata and session short enough for a test.
+pub fn member_settings(what: &str) -> hub_engine::ingest::kafka::KafkaSettings {
+    hub_engine::ingest::kafka::KafkaSettings {
+        brokers: KAFKA.into(),
+        group_id: format!("{what}-{}", Uuid::now_v7().simple()),
+        metadata_refresh_ms: 1_000,
+        session_timeout_ms: 6_000,
+        prefetch_kib: 64 << 10,
+        instance_id: None,
+        security: Default::default(),
+        sources: Default::default(),
+    }
+}
+
+/// What a member holds, over `shards` shards whose lanes are numbered by partition.
+pub fn member_assignment(shards: usize) -> Arc<hub_engine::ingest::assignment::Assignment> {
+    use hub_engine::delivery::ownership::{Numbering, Ownership};
+    Arc::new(hub_engine::ingest::assignment::Assignment::new(Arc::new(
+        Ownership::new(Numbering::ByPartition, shards),
+    )))
+}
+
 /// Creates `topic` (an existing one is left as it is).
 pub async fn create_topic(topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
