@@ -143,7 +143,9 @@ pub struct HubConfig {
     /// Kafka is configured. Env `STREAMING_HUB_PUBLISH_HUB_EVENTS`. Default true.
     pub publish_hub_events: bool,
     /// How often each shard's lane looks for jobs coming due (retries). Env
-    /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200.
+    /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200; at most 2,000 (`MAX_DELIVERY_POLL_MS`):
+    /// the page renews the lane's hold on a shared store (10 s), so a longer poll would let it
+    /// lapse between pages.
     pub delivery_poll_ms: u64,
     /// Ingest back-pressure (issue 17): the delivery lag (how late the freshest attempts start,
     /// worst shard) at which ingest holds back — Kafka partitions paused, HTTP ingest answering

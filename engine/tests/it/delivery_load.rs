@@ -172,3 +172,58 @@ async fn slow_destination_takes_at_most_half_the_workers(backend: Backend) {
     );
     engine.stop();
 }
+
+/// R-DI-2: a backlog larger than what a lane may hold flows to its workers page after page as
+/// they take it, not a page per poll. The poll is set to its longest (2 s), and one destination
+/// holds at most an eighth of a lane's memory (128 jobs): a page per poll would need 45 s for
+/// what is left once ingest stops handing jobs over, past the test's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_2_a_backlog_beyond_the_lanes_memory_drains_without_waiting_for_the_poll() {
+    backlog_drains_without_waiting_for_the_poll(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_2_a_backlog_beyond_the_lanes_memory_drains_without_waiting_for_the_poll_cql() {
+    backlog_drains_without_waiting_for_the_poll(Backend::Cql).await;
+}
+
+async fn backlog_drains_without_waiting_for_the_poll(backend: Backend) {
+    const EVENTS: usize = 3_000;
+    let _broker = exclusive_broker().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Counter::start().await;
+    let group = format!("backlog-{}", Uuid::now_v7().simple());
+    let env = engine_env(
+        backend,
+        &[
+            ("STREAMING_HUB_SHARDS", "1"),
+            ("STREAMING_HUB_DELIVERY_POLL_MS", "2000"),
+        ],
+    );
+    let port = free_port();
+    let engine = start_engine(dir.path(), &group, port, backend, &env);
+    engine.wait_ready().await;
+    let tenant = format!("t-backlog-{}", Uuid::now_v7().simple());
+    let api = Tenant::new(&engine, dir.path(), &tenant);
+    api.active_webhook("one", &receiver.url("/one"), json!({}))
+        .await;
+    engine.stop();
+
+    // The backlog waits in Kafka: the engine ingests it at once when it starts, so nearly all of
+    // its jobs are left to the store for the lane's pages.
+    let sent = produce_over(std::slice::from_ref(&tenant), EVENTS).await;
+    let engine = start_engine(dir.path(), &group, port, backend, &env);
+    engine.wait_ready().await;
+    let all = eventually(Duration::from_secs(30), || {
+        receiver.load("/one").1 > EVENTS as u64
+    })
+    .await;
+    let (_, done) = receiver.load("/one");
+    assert!(
+        all,
+        "{done} of {EVENTS} events (and the ping) delivered within 30 s"
+    );
+    let counts = receiver.counts();
+    assert_eq!(counts.len(), sent.len(), "each event delivered");
+    engine.stop();
+}

@@ -36,7 +36,7 @@ use super::autodisable::{Policy, Streak};
 use super::breaker::{Breaker, BreakerConfig};
 use super::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use super::fairness::{weight_of, Due, Scheduler};
-use super::pacing::Pacing;
+use super::pacing::{paging, Pacing, Paging};
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
 use crate::ingest::jobs::{FreshLeases, Handoff};
@@ -207,6 +207,9 @@ impl DeliveryLane {
         // handing their workers to leased jobs) while it is written.
         let mut step: Option<StepInFlight> = None;
         let mut fetch = true;
+        // The last page was cut short by a limit (more is due), and what the lane held after it.
+        let mut more_due = false;
+        let mut held_after_page = 0;
         let mut pacing = Pacing::new(
             self.config.poll.as_millis() as i64,
             self.config.settle_linger.as_millis() as i64,
@@ -231,22 +234,26 @@ impl DeliveryLane {
             {
                 break;
             }
-            if step.is_none() {
-                if fetch && !stopping && lane.held.len() >= self.config.held_max / 2 {
-                    // No room to page, but the holds must not lapse while the held jobs wait.
-                    fetch = false;
-                    self.keep_lanes(&lane).await;
-                } else if fetch && !stopping {
-                    fetch = false;
-                    match self.fetch(&mut lane).await {
-                        // A full page means more is due: ask again next round.
-                        Ok(full) => fetch = full,
+            if step.is_none() && !stopping {
+                let asked = std::mem::take(&mut fetch);
+                let held = lane.held.len();
+                match paging(asked, more_due, held, held_after_page, self.config.held_max) {
+                    Paging::Page => match self.fetch(&mut lane).await {
+                        Ok(more) => {
+                            more_due = more;
+                            held_after_page = lane.held.len();
+                        }
                         Err(e) => {
+                            more_due = false;
                             store_failed(FailedStage::DeliveryPage);
                             tracing::warn!(error = %e, "paging due jobs failed");
                         }
-                    }
+                    },
+                    Paging::KeepHolds => self.keep_lanes(&lane).await,
+                    Paging::Nothing => {}
                 }
+            }
+            if step.is_none() {
                 let start = if stopping {
                     Vec::new()
                 } else {

@@ -55,7 +55,8 @@ impl DeliveryLane {
         }
     }
 
-    /// Pages due jobs into the scheduler; true when the page was full.
+    /// Pages due jobs into the scheduler; true when a limit cut the page short (it filled the
+    /// lane's room, or a queue gave its most per page), so more may be due.
     pub(super) async fn fetch(&self, lane: &mut LaneState) -> Result<bool, StoreError> {
         let room = self.config.held_max.saturating_sub(lane.held.len());
         let skip: HashSet<u128> = lane
@@ -82,14 +83,15 @@ impl DeliveryLane {
             })
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))??;
-        let full = jobs.len() == room && room > 0;
+        let cut_short =
+            (jobs.len() == room && room > 0) || a_queue_gave_its_most(&jobs, per_tenant);
         if !jobs.is_empty() {
             tracing::debug!(jobs = jobs.len(), "paged due jobs");
         }
         for job in jobs {
             self.hold(lane, job);
         }
-        Ok(full)
+        Ok(cut_short)
     }
 
     /// Takes jobs ingest handed over; true when some were left to the store, whose next page
@@ -155,6 +157,16 @@ impl DeliveryLane {
         lane.held.insert(job.id, job);
         true
     }
+}
+
+/// Whether a queue (tenant, subscription) gave `per_queue` jobs to a page: it may have more.
+fn a_queue_gave_its_most(jobs: &[JobRecord], per_queue: usize) -> bool {
+    let mut per: HashMap<(&str, uuid::Uuid), usize> = HashMap::new();
+    jobs.iter().any(|j| {
+        let n = per.entry((&j.tenant, j.subscription)).or_default();
+        *n += 1;
+        *n >= per_queue
+    })
 }
 
 /// Where a subscription's attempts go: what the breakers and the per-destination caps count by.
