@@ -22,6 +22,18 @@ use crate::destination::{refused_because, DestinationPolicy, DnsResolver, Resolv
 use crate::model::SinkKind;
 
 use self::signature::{headers as signature_headers, SigningKey};
+use reqwest::header::{HeaderName, CONTENT_TYPE};
+
+/// The names of R-DI-5's headers (and W3C trace context), checked at compile time: an HTTP/1
+/// name is case-insensitive and goes out in lower case whatever it is written as.
+const EVENT_ID: HeaderName = HeaderName::from_static("x-lerian-event-id");
+const DELIVERY_ID: HeaderName = HeaderName::from_static("x-lerian-delivery-id");
+const EVENT_TYPE: HeaderName = HeaderName::from_static("x-lerian-event-type");
+const EVENT_SOURCE: HeaderName = HeaderName::from_static("x-lerian-event-source");
+const TENANT_ID: HeaderName = HeaderName::from_static("x-lerian-tenant-id");
+const SCHEMA_VERSION: HeaderName = HeaderName::from_static("x-lerian-schema-version");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// Most response-body bytes read from a destination; the rest is dropped unread.
 pub const MAX_RESPONSE_BODY: usize = 4096;
@@ -198,7 +210,7 @@ impl WebhookClient {
 #[derive(Debug)]
 pub struct Prepared {
     pub url: reqwest::Url,
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Vec<(HeaderName, String)>,
 }
 
 /// Checks the endpoint (an http(s) URL; an address literal against R-SEC-2 here, since it never
@@ -232,17 +244,17 @@ pub fn prepare(
     let event_id = a.event_id.to_string();
     let mut headers = vec![
         (
-            "content-type",
+            CONTENT_TYPE,
             a.content_type.unwrap_or("application/json").to_owned(),
         ),
-        ("X-Lerian-Event-Id", event_id.clone()),
-        ("X-Lerian-Delivery-Id", Uuid::now_v7().to_string()),
-        ("X-Lerian-Event-Type", a.event_key.to_owned()),
-        ("X-Lerian-Event-Source", a.source.to_owned()),
-        ("X-Lerian-Tenant-Id", a.tenant.to_owned()),
-        ("X-Lerian-Schema-Version", a.schema_version.to_owned()),
+        (EVENT_ID, event_id.clone()),
+        (DELIVERY_ID, Uuid::now_v7().to_string()),
+        (EVENT_TYPE, a.event_key.to_owned()),
+        (EVENT_SOURCE, a.source.to_owned()),
+        (TENANT_ID, a.tenant.to_owned()),
+        (SCHEMA_VERSION, a.schema_version.to_owned()),
     ];
-    for (name, value) in [("traceparent", a.traceparent), ("tracestate", a.tracestate)] {
+    for (name, value) in [(TRACEPARENT, a.traceparent), (TRACESTATE, a.tracestate)] {
         if let Some(v) = value {
             headers.push((name, v.to_owned()));
         }

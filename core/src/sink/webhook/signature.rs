@@ -5,7 +5,18 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use reqwest::header::HeaderName;
 use ring::hmac;
+
+/// The signature headers' names, checked at compile time (an HTTP/1 name is case-insensitive and
+/// goes out in lower case whatever it is written as; a constant costs no parsing per attempt).
+pub const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+pub const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+pub const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+pub const LERIAN_TIMESTAMP: HeaderName = HeaderName::from_static("x-lerian-timestamp");
+pub const LERIAN_SIGNATURE: HeaderName = HeaderName::from_static("x-lerian-signature");
+pub const LERIAN_SIGNATURE_PREVIOUS: HeaderName =
+    HeaderName::from_static("x-lerian-signature-previous");
 
 /// A signing secret as issued (`whsec_` + base64 key); the key is the decoded part.
 #[derive(Clone)]
@@ -49,24 +60,21 @@ pub fn headers(
     event_id: &str,
     unix_s: i64,
     body: &[u8],
-) -> Vec<(&'static str, String)> {
+) -> Vec<(HeaderName, String)> {
     let now = current.sign(event_id, unix_s, body);
     let mut standard = format!("v1,{now}");
     let mut out = vec![
-        ("webhook-id", event_id.to_owned()),
-        ("webhook-timestamp", unix_s.to_string()),
-        ("X-Lerian-Timestamp", unix_s.to_string()),
-        ("X-Lerian-Signature", format!("t={unix_s},v1={now}")),
+        (WEBHOOK_ID, event_id.to_owned()),
+        (WEBHOOK_TIMESTAMP, unix_s.to_string()),
+        (LERIAN_TIMESTAMP, unix_s.to_string()),
+        (LERIAN_SIGNATURE, format!("t={unix_s},v1={now}")),
     ];
     if let Some(prev) = previous {
         let old = prev.sign(event_id, unix_s, body);
         standard.push_str(&format!(" v1,{old}"));
-        out.push((
-            "X-Lerian-Signature-Previous",
-            format!("t={unix_s},v1={old}"),
-        ));
+        out.push((LERIAN_SIGNATURE_PREVIOUS, format!("t={unix_s},v1={old}")));
     }
-    out.push(("webhook-signature", standard));
+    out.push((WEBHOOK_SIGNATURE, standard));
     out
 }
 
@@ -74,9 +82,9 @@ pub fn headers(
 mod tests {
     use super::*;
 
-    fn header<'a>(h: &'a [(&str, String)], name: &str) -> &'a str {
+    fn header<'a>(h: &'a [(HeaderName, String)], name: &str) -> &'a str {
         h.iter()
-            .find(|(n, _)| *n == name)
+            .find(|(n, _)| n.as_str().eq_ignore_ascii_case(name))
             .map_or("", |(_, v)| v.as_str())
     }
 
@@ -100,7 +108,7 @@ mod tests {
             "t=1614265330,v1=g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
         );
         assert_eq!(header(&h, "webhook-id"), "msg_p5jXN8AQM9LWM0D4loKWxJek");
-        assert!(!h.iter().any(|(n, _)| *n == "X-Lerian-Signature-Previous"));
+        assert!(!h.iter().any(|(n, _)| *n == LERIAN_SIGNATURE_PREVIOUS));
     }
 
     #[test]

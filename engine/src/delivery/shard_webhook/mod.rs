@@ -98,7 +98,7 @@ impl ShardWebhooks {
                 )
                 .header("user-agent", "lerian-streaming-hub");
             for (name, value) in &prepared.headers {
-                request = request.header(*name, value);
+                request = request.header(name, value.as_str());
             }
             request.body(Full::new(a.body.clone()))
         };
