@@ -143,7 +143,7 @@ pub struct HubConfig {
     /// Kafka is configured. Env `STREAMING_HUB_PUBLISH_HUB_EVENTS`. Default true.
     pub publish_hub_events: bool,
     /// How often each shard's lane looks for jobs coming due (retries). Env
-    /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200; at most 2,000 (`MAX_DELIVERY_POLL_MS`):
+    /// `STREAMING_HUB_DELIVERY_POLL_MS`. Default 200; 10 to 2,000 (`MAX_DELIVERY_POLL_MS`):
     /// the page renews the lane's hold on a shared store (10 s), so a longer poll would let it
     /// lapse between pages.
     pub delivery_poll_ms: u64,
@@ -243,6 +243,10 @@ impl Default for HubConfig {
         }
     }
 }
+
+/// The longest delivery poll: a fifth of a lane's hold on a shared store (10 s), which its pages
+/// renew.
+pub const MAX_DELIVERY_POLL_MS: u64 = 2_000;
 
 /// A configuration problem, named precisely enough to fix.
 #[derive(Debug, thiserror::Error)]
@@ -529,6 +533,12 @@ impl HubConfig {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if !(10..=MAX_DELIVERY_POLL_MS).contains(&self.delivery_poll_ms) {
+            return Err(ConfigError::Invalid(format!(
+                "delivery_poll_ms must be 10 to {MAX_DELIVERY_POLL_MS}: a page renews the lane's \
+                 hold on a shared store (10 s)"
+            )));
+        }
         if self.shard_queue == 0 || self.max_batch == 0 {
             return Err(ConfigError::Invalid(
                 "shard_queue and max_batch must be at least 1".into(),
@@ -609,6 +619,17 @@ mod tests {
             c.validate().is_err(),
             "a dedup window shorter than retention is refused"
         );
+    }
+
+    #[test]
+    fn r_op_3_a_delivery_poll_past_the_lane_hold_is_refused() {
+        let mut c = HubConfig::default();
+        c.validate().expect("the default poll");
+        c.delivery_poll_ms = MAX_DELIVERY_POLL_MS + 1;
+        let err = c.validate().expect_err("a poll the hold would lapse under");
+        assert!(err.to_string().contains("delivery_poll_ms"), "{err}");
+        c.delivery_poll_ms = 9;
+        assert!(c.validate().is_err(), "a poll under 10 ms");
     }
 
     #[test]

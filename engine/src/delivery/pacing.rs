@@ -94,28 +94,32 @@ pub enum Paging {
     Nothing,
 }
 
-/// Whether to page. When a page was asked for (the poll, a nudge, a hand-off left to the
-/// store): as soon as the lane holds less than half of `held_max`. When the last page was cut
-/// short by a limit (`more_due`: more is due than it brought): also once the lane has worked off
-/// half of what it held after that page, so a backlog flows in pages as fast as the workers
-/// take it, while a page whose jobs all wait behind their destination's share of memory is not
-/// read again at once. Paging only at each poll capped a lane at `held_max` jobs per `poll`
-/// (5,120 a second with the defaults) and one destination at a page of its queue per poll.
-pub fn paging(
-    asked: bool,
-    more_due: bool,
-    held: usize,
-    held_after_page: usize,
-    held_max: usize,
-) -> Paging {
-    let room = held < held_max / 2;
-    let worked_off = held * 2 <= held_after_page;
-    if room && (asked || (more_due && worked_off)) {
-        Paging::Page
-    } else if asked {
-        Paging::KeepHolds
-    } else {
-        Paging::Nothing
+/// What the lane's last page said: whether a limit cut it short (more is due than it brought),
+/// and how many jobs the lane held right after it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LastPage {
+    pub cut_short: bool,
+    pub held_after: usize,
+}
+
+impl LastPage {
+    /// Whether to page now. When a page was asked for (the poll, a nudge, a hand-off left to the
+    /// store): as soon as the lane holds less than half of `held_max`. When the last page was
+    /// cut short: also once the lane has worked off half of what it held after it, so a backlog
+    /// flows in pages as fast as the workers take it, while a page whose jobs all wait behind
+    /// their destination's share of memory is not read again at once. Paging only at each poll
+    /// capped a lane at `held_max` jobs per `poll` (5,120 a second with the defaults) and one
+    /// destination at a page of its queue per poll.
+    pub fn paging(&self, asked: bool, held: usize, held_max: usize) -> Paging {
+        let room = held < held_max / 2;
+        let worked_off = held * 2 <= self.held_after;
+        if room && (asked || (self.cut_short && worked_off)) {
+            Paging::Page
+        } else if asked {
+            Paging::KeepHolds
+        } else {
+            Paging::Nothing
+        }
     }
 }
 
@@ -172,39 +176,46 @@ mod tests {
         assert_eq!(p.sleep_ms(false, 90), 1, "never a busy loop");
     }
 
+    fn page(cut_short: bool, held_after: usize) -> LastPage {
+        LastPage {
+            cut_short,
+            held_after,
+        }
+    }
+
     #[test]
     fn r_di_2_a_lane_with_more_due_pages_again_once_it_has_room_without_waiting_for_the_poll() {
         assert_eq!(
-            paging(false, true, 400, 1000, 1024),
+            page(true, 1000).paging(false, 400, 1024),
             Paging::Page,
             "more is due and the lane worked off half of its last page"
         );
         assert_eq!(
-            paging(false, true, 600, 1024, 1024),
+            page(true, 1024).paging(false, 600, 1024),
             Paging::Nothing,
             "no room yet: no page, and no hold renewal nobody asked for"
         );
         assert_eq!(
-            paging(false, true, 100, 128, 1024),
+            page(true, 128).paging(false, 100, 1024),
             Paging::Nothing,
             "one destination's page (its share of memory) is not worked off yet"
         );
-        assert_eq!(paging(false, true, 64, 128, 1024), Paging::Page);
+        assert_eq!(page(true, 128).paging(false, 64, 1024), Paging::Page);
         assert_eq!(
-            paging(false, true, 0, 0, 1024),
+            page(true, 0).paging(false, 0, 1024),
             Paging::Page,
             "an empty lane pages what is due"
         );
         assert_eq!(
-            paging(true, false, 300, 300, 1024),
+            page(false, 300).paging(true, 300, 1024),
             Paging::Page,
             "the poll asks"
         );
         assert_eq!(
-            paging(true, true, 900, 1024, 1024),
+            page(true, 1024).paging(true, 900, 1024),
             Paging::KeepHolds,
             "the poll asks and there is no room: the holds are renewed"
         );
-        assert_eq!(paging(false, false, 0, 0, 1024), Paging::Nothing);
+        assert_eq!(page(false, 0).paging(false, 0, 1024), Paging::Nothing);
     }
 }

@@ -43,9 +43,6 @@ pub struct Delivery {
     pub ownership: Arc<Ownership>,
 }
 
-/// The longest poll: a fifth of a lane's hold on a shared store (10 s), which its pages renew.
-pub const MAX_DELIVERY_POLL_MS: u64 = 2_000;
-
 impl Delivery {
     /// Starts following subscriptions and prepares one lane per shard.
     pub fn start(
@@ -60,7 +57,8 @@ impl Delivery {
         let lane = LaneConfig {
             workers: config.delivery_workers.max(1),
             recovery_limit: config.recovery_limit.max(1),
-            poll: Duration::from_millis(config.delivery_poll_ms.clamp(10, MAX_DELIVERY_POLL_MS)),
+            // Between 10 ms and `MAX_DELIVERY_POLL_MS` (`HubConfig::validate`).
+            poll: Duration::from_millis(config.delivery_poll_ms),
             breaker: super::breaker::BreakerConfig {
                 cool_down_ms: config.breaker_cool_down_ms.max(1),
                 ..Default::default()

@@ -36,7 +36,7 @@ use super::autodisable::{Policy, Streak};
 use super::breaker::{Breaker, BreakerConfig};
 use super::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use super::fairness::{weight_of, Due, Scheduler};
-use super::pacing::{paging, Pacing, Paging};
+use super::pacing::{LastPage, Pacing, Paging};
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
 use crate::ingest::jobs::{FreshLeases, Handoff};
@@ -207,9 +207,7 @@ impl DeliveryLane {
         // handing their workers to leased jobs) while it is written.
         let mut step: Option<StepInFlight> = None;
         let mut fetch = true;
-        // The last page was cut short by a limit (more is due), and what the lane held after it.
-        let mut more_due = false;
-        let mut held_after_page = 0;
+        let mut last_page = LastPage::default();
         let mut pacing = Pacing::new(
             self.config.poll.as_millis() as i64,
             self.config.settle_linger.as_millis() as i64,
@@ -236,15 +234,16 @@ impl DeliveryLane {
             }
             if step.is_none() && !stopping {
                 let asked = std::mem::take(&mut fetch);
-                let held = lane.held.len();
-                match paging(asked, more_due, held, held_after_page, self.config.held_max) {
+                match last_page.paging(asked, lane.held.len(), self.config.held_max) {
                     Paging::Page => match self.fetch(&mut lane).await {
-                        Ok(more) => {
-                            more_due = more;
-                            held_after_page = lane.held.len();
+                        Ok(cut_short) => {
+                            last_page = LastPage {
+                                cut_short,
+                                held_after: lane.held.len(),
+                            };
                         }
                         Err(e) => {
-                            more_due = false;
+                            last_page = LastPage::default();
                             store_failed(FailedStage::DeliveryPage);
                             tracing::warn!(error = %e, "paging due jobs failed");
                         }
