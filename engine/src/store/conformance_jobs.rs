@@ -37,6 +37,7 @@ pub(super) async fn due(store: &dyn Store, lane: Lane, now: i64) -> Vec<super::J
         .due_jobs(vec![lane], now, 1000, 10_000, 0, Arc::new(HashSet::new()))
         .await
         .expect("due jobs")
+        .jobs
 }
 
 pub(super) async fn write_with_jobs(
@@ -294,6 +295,11 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
         .await
         .expect("page");
     assert!(
+        page.more,
+        "{ns}: a page cut short by its limits says more is due"
+    );
+    let page = page.jobs;
+    assert!(
         page.iter().any(|j| j.tenant == cold),
         "{ns}: the cold tenant is on the first page"
     );
@@ -303,9 +309,27 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
     let next = store
         .due_jobs(vec![lane], now, 16, 32, 0, Arc::new(held.clone()))
         .await
-        .expect("page");
+        .expect("page")
+        .jobs;
     assert!(next.iter().all(|j| !held.contains(&j.id)));
     assert!(!next.is_empty());
+    // Pages until one says nothing more is due: by then every job was on one.
+    let mut seen: HashSet<u128> = held.into_iter().chain(next.iter().map(|j| j.id)).collect();
+    let mut pages = 0;
+    loop {
+        let skip = Arc::new(seen.clone());
+        let page = (store.due_jobs(vec![lane], now, 1000, 10_000, 0, skip).await).expect("page");
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        pages += 1;
+        if !page.more || pages == 6 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        301,
+        "{ns}: a page saying no more came after every job"
+    );
     let all: Vec<Settlement> = due(store, lane, now)
         .await
         .into_iter()

@@ -17,6 +17,14 @@ pub fn job_id(event: Uuid, subscription: Uuid) -> u128 {
     event.as_u128() ^ subscription.as_u128().rotate_left(64)
 }
 
+/// A page of due jobs, and whether a limit (a queue's share or the page's size) left due jobs
+/// unread: the lane then pages again as soon as it has room instead of at its next poll.
+#[derive(Debug, Default)]
+pub struct DuePage {
+    pub jobs: Vec<JobRecord>,
+    pub more: bool,
+}
+
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {

@@ -135,6 +135,7 @@ async fn due_of(store: &dyn Store, lane: Lane, now: i64) -> Vec<hub_engine::stor
         .due_jobs(vec![lane], now, 100, 1000, 0, Arc::new(HashSet::new()))
         .await
         .expect("due jobs")
+        .jobs
 }
 
 /// R-DI-1 / R-IN-7: a crash after the append but before the jobs (the batch was not finished, so

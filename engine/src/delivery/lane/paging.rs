@@ -55,8 +55,8 @@ impl DeliveryLane {
         }
     }
 
-    /// Pages due jobs into the scheduler; true when a limit cut the page short (it filled the
-    /// lane's room, or a queue gave its most per page), so more may be due.
+    /// Pages due jobs into the scheduler; true when the store says a limit (the lane's room, or
+    /// a queue's share of a page) left due jobs unread.
     pub(super) async fn fetch(&self, lane: &mut LaneState) -> Result<bool, StoreError> {
         let room = self.config.held_max.saturating_sub(lane.held.len());
         let skip: HashSet<u128> = lane
@@ -74,7 +74,7 @@ impl DeliveryLane {
         let rotation = lane.rotation;
         let now = crate::clock::now_ms();
         let skip = Arc::new(skip);
-        let jobs = self
+        let page = self
             .bridge
             .call(async move {
                 store
@@ -83,15 +83,13 @@ impl DeliveryLane {
             })
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))??;
-        let cut_short =
-            (jobs.len() == room && room > 0) || a_queue_gave_its_most(&jobs, per_tenant);
-        if !jobs.is_empty() {
-            tracing::debug!(jobs = jobs.len(), "paged due jobs");
+        if !page.jobs.is_empty() {
+            tracing::debug!(jobs = page.jobs.len(), more = page.more, "paged due jobs");
         }
-        for job in jobs {
+        for job in page.jobs {
             self.hold(lane, job);
         }
-        Ok(cut_short)
+        Ok(page.more)
     }
 
     /// Takes jobs ingest handed over; true when some were left to the store, whose next page
@@ -157,16 +155,6 @@ impl DeliveryLane {
         lane.held.insert(job.id, job);
         true
     }
-}
-
-/// Whether a queue (tenant, subscription) gave `per_queue` jobs to a page: it may have more.
-fn a_queue_gave_its_most(jobs: &[JobRecord], per_queue: usize) -> bool {
-    let mut per: HashMap<(&str, uuid::Uuid), usize> = HashMap::new();
-    jobs.iter().any(|j| {
-        let n = per.entry((&j.tenant, j.subscription)).or_default();
-        *n += 1;
-        *n >= per_queue
-    })
 }
 
 /// Where a subscription's attempts go: what the breakers and the per-destination caps count by.

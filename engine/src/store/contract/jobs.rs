@@ -8,14 +8,15 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::store::{
-    DeadLetter, DeliveryStats, DeliveryStep, JobRecord, Lane, StepOutcome, StoreError,
+    DeadLetter, DeliveryStats, DeliveryStep, DuePage, Lane, StepOutcome, StoreError,
 };
 
 #[async_trait]
 pub trait Jobs: Send + Sync + std::fmt::Debug {
     /// Due jobs of `lanes` (due at or before `now_ms`), at most `per_tenant` of each queue (a
     /// tenant's subscription) and `limit` in all, queues taken in turn starting at `rotation`;
-    /// jobs in `skip` (already held by the caller) are passed over.
+    /// jobs in `skip` (already held by the caller) are passed over. The page says whether a
+    /// limit left due jobs (not in `skip`) unread.
     async fn due_jobs(
         &self,
         lanes: Vec<Lane>,
@@ -24,7 +25,7 @@ pub trait Jobs: Send + Sync + std::fmt::Debug {
         limit: usize,
         rotation: u64,
         skip: Arc<HashSet<u128>>,
-    ) -> Result<Vec<JobRecord>, StoreError>;
+    ) -> Result<DuePage, StoreError>;
 
     /// One delivery step, atomically: records outcomes (retry times, dead letters, statistics,
     /// the failure streak), then leases the jobs to start and returns them with their events.

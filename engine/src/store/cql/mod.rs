@@ -473,7 +473,7 @@ impl Jobs for CqlStore {
         limit: usize,
         rotation: u64,
         skip: Arc<std::collections::HashSet<u128>>,
-    ) -> Result<Vec<super::JobRecord>, StoreError> {
+    ) -> Result<super::DuePage, StoreError> {
         self.flush_idle_stats().await?;
         self.write_counts(false).await?;
         self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)

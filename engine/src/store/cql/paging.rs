@@ -30,7 +30,7 @@ use super::jobs::{id_of, lane_i32, StoredJob};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::decode;
-use crate::store::{JobRecord, Lane, StoreError};
+use crate::store::{DuePage, Lane, StoreError};
 
 const FULL_SCAN_EVERY_MS: i64 = 30_000;
 /// How far behind `now` the floor of a queue with nothing due may move up to: a job created now
@@ -178,7 +178,7 @@ impl CqlStore {
         limit: usize,
         rotation: u64,
         skip: Arc<HashSet<u128>>,
-    ) -> Result<Vec<JobRecord>, StoreError> {
+    ) -> Result<DuePage, StoreError> {
         // Holds, floors' scan times and the empty-lane cache follow the clock; `now` (the
         // caller's) only says which jobs are due.
         let clock = now_ms();
@@ -196,37 +196,41 @@ impl CqlStore {
         for (lane, found) in listed {
             queues.extend(found.into_iter().map(|(t, s, w)| (lane, t, s, w)));
         }
-        if queues.is_empty() || limit == 0 {
-            return Ok(Vec::new());
+        if queues.is_empty() {
+            return Ok(DuePage::default());
         }
         queues.sort_unstable_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
         let start = (rotation % queues.len() as u64) as usize;
         queues.rotate_left(start);
-        let mut out = Vec::new();
+        let mut out = DuePage::default();
         for chunk in queues.chunks(QUEUES_AT_ONCE) {
+            if out.jobs.len() >= limit {
+                // Queues not read may hold due jobs.
+                out.more = true;
+                break;
+            }
             // The room left shared by the chunk's queues: a queue's cursor moves past what it
             // read, so reading more than can be returned would pass over jobs until the tail.
-            let want = per_tenant.min((limit - out.len()).div_ceil(chunk.len()));
+            let want = per_tenant.min((limit - out.jobs.len()).div_ceil(chunk.len()));
             let made: Vec<_> = chunk
                 .iter()
                 .map(|q| self.page_queue(q, now, clock, want, &skip))
                 .collect();
-            let pages: Vec<Vec<JobRecord>> = futures::stream::iter(made)
+            let pages: Vec<DuePage> = futures::stream::iter(made)
                 .buffered(QUEUES_AT_ONCE)
                 .try_collect()
                 .await?;
             for page in pages {
-                let room = limit - out.len();
-                out.extend(page.into_iter().take(room));
-            }
-            if out.len() >= limit {
-                break;
+                let room = limit - out.jobs.len();
+                out.more |= page.more || page.jobs.len() > room;
+                out.jobs.extend(page.jobs.into_iter().take(room));
             }
         }
         Ok(out)
     }
 
-    /// Up to `want` due jobs of one queue (not in `skip`).
+    /// Up to `want` due jobs of one queue (not in `skip`); `more` when the queue has rows past
+    /// those read, or due jobs among them beyond `want`.
     async fn page_queue(
         &self,
         q: &Queue,
@@ -234,7 +238,7 @@ impl CqlStore {
         clock: i64,
         want: usize,
         skip: &HashSet<u128>,
-    ) -> Result<Vec<JobRecord>, StoreError> {
+    ) -> Result<DuePage, StoreError> {
         let (lane, tenant, sub, touched_us) = q;
         let key = (*lane, tenant.clone(), *sub);
         let floor = self
@@ -251,7 +255,7 @@ impl CqlStore {
             now < f.quiet_until_ms.min(f.wake_at_ms) && f.lane_wakes == lane_wakes
         });
         if quiet && !full {
-            return Ok(Vec::new());
+            return Ok(DuePage::default());
         }
         let (from, after) = match &floor {
             Some(f) if !full => (f.from_ms, f.after.clone()),
@@ -310,16 +314,24 @@ impl CqlStore {
             if full && after.is_none() {
                 self.drop_if_empty(*lane, tenant, *sub, *touched_us).await?;
             }
-            return Ok(Vec::new());
+            return Ok(DuePage::default());
         }
 
         let me = self.holds.owner;
         let mut out = Vec::new();
+        // Rows past those read, or, for a page that went on from the last one's cursor, rows
+        // before it that the last page passed over: the next page starts from the floor.
+        let mut more = !tail || after.is_some();
         // Quiet at most until the first lease of ours on the page runs out.
         let mut quiet_until = now + QUIET_AT_MOST_MS;
         for (due, id, job) in rows {
             let id = id_of(&id)?;
-            if skip.contains(&id) || out.len() >= want {
+            if skip.contains(&id) {
+                continue;
+            }
+            if out.len() >= want {
+                let due_too = self.paged_job(due, id, job.as_deref())?;
+                more |= due_too.is_some_and(|j| !j.leased_by(me, now));
                 continue;
             }
             let Some(job) = self.paged_job(due, id, job.as_deref())? else {
@@ -339,7 +351,7 @@ impl CqlStore {
         let quiet = tail && out.is_empty();
         self.keep_floor(&key, next, now, quiet.then_some(quiet_until));
         out.sort_by_key(|j| (j.due_at_ms, j.id));
-        Ok(out)
+        Ok(DuePage { jobs: out, more })
     }
 
     /// The job of a paged row: what this process last wrote of it when that is the row read (a

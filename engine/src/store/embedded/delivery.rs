@@ -13,8 +13,8 @@ use super::tables::*;
 use super::unavailable;
 use crate::store::codec::{decode, encode};
 use crate::store::{
-    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, JobChange, JobRecord, Lane,
-    Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
+    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
+    Lane, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
 };
 
 /// The delivery tables, opened once per write transaction.
@@ -253,7 +253,7 @@ pub(super) fn release_leases(db: &Database, now_ms: i64) -> Result<usize, StoreE
 }
 
 /// The due jobs of `lanes` (read-only): each queue (tenant, subscription) in turn from
-/// `rotation`, at most `per_tenant` of each.
+/// `rotation`, at most `per_tenant` of each; `more` when a limit left one unread.
 pub(super) fn due_jobs(
     db: &Database,
     lanes: &[Lane],
@@ -262,7 +262,7 @@ pub(super) fn due_jobs(
     limit: usize,
     rotation: u64,
     skip: &HashSet<u128>,
-) -> Result<Vec<JobRecord>, StoreError> {
+) -> Result<DuePage, StoreError> {
     let txn = db.begin_read().map_err(unavailable)?;
     let jobs = txn.open_table(JOBS).map_err(unavailable)?;
     let due = txn.open_table(JOB_DUE).map_err(unavailable)?;
@@ -279,13 +279,14 @@ pub(super) fn due_jobs(
         }
     }
     if queues.is_empty() {
-        return Ok(Vec::new());
+        return Ok(DuePage::default());
     }
     let start = (rotation % queues.len() as u64) as usize;
     queues.rotate_left(start);
     let now = now_ms.max(0) as u64;
-    let mut out = Vec::new();
+    let mut page = DuePage::default();
     for (lane, tenant, sub) in &queues {
+        let want = per_tenant.min(limit - page.jobs.len());
         let mut taken = 0;
         let range = due
             .range(
@@ -294,24 +295,26 @@ pub(super) fn due_jobs(
             )
             .map_err(unavailable)?;
         for row in range {
-            if taken == per_tenant || out.len() == limit {
-                break;
-            }
             let (k, _) = row.map_err(unavailable)?;
             let id = k.value().4;
             if skip.contains(&id) {
                 continue;
             }
-            if let Some(v) = jobs.get(id).map_err(unavailable)? {
-                out.push(decode::<JobRecord>(v.value())?);
-                taken += 1;
+            let Some(v) = jobs.get(id).map_err(unavailable)? else {
+                continue;
+            };
+            if taken == want {
+                page.more = true;
+                break;
             }
+            page.jobs.push(decode::<JobRecord>(v.value())?);
+            taken += 1;
         }
-        if out.len() == limit {
+        if page.more && page.jobs.len() == limit {
             break;
         }
     }
-    Ok(out)
+    Ok(page)
 }
 
 pub(super) fn dead_letters(

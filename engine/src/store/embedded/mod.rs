@@ -27,8 +27,8 @@ use uuid::Uuid;
 use super::codec::{decode, encode};
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, EventLog, Fence,
-    Forensics, ForensicsFilter, Ingest, IngestBatch, JobRecord, Jobs, Lane, LaneHolds, Page,
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, DuePage, EventLog,
+    Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Page,
     QuarantineRecord, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use crate::store::unavailable;
@@ -329,7 +329,7 @@ impl Jobs for EmbeddedStore {
         limit: usize,
         rotation: u64,
         skip: Arc<HashSet<u128>>,
-    ) -> Result<Vec<JobRecord>, StoreError> {
+    ) -> Result<DuePage, StoreError> {
         self.blocking(move |db| {
             delivery::due_jobs(db, &lanes, now_ms, per_tenant, limit, rotation, &skip)
         })

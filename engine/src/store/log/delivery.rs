@@ -11,8 +11,8 @@ use super::segments::read_record;
 use super::state::{job_of, State};
 use super::writes::Tx;
 use crate::store::{
-    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, JobChange, JobRecord, Lane,
-    Settled, Started, StepOutcome, StoreError, EVENT_GONE,
+    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
+    Lane, Settled, Started, StepOutcome, StoreError, EVENT_GONE,
 };
 
 /// Statistics a step touched, recorded once at its end.
@@ -165,7 +165,7 @@ pub(super) fn replay(
 }
 
 /// The due jobs of `lanes`: each queue (tenant, subscription) in turn from `rotation`, at most
-/// `per_tenant` of each, `limit` in all, passing over `skip`.
+/// `per_tenant` of each, `limit` in all, passing over `skip`; `more` when a limit left one unread.
 pub(super) fn due_jobs(
     state: &State,
     lanes: &[Lane],
@@ -174,7 +174,7 @@ pub(super) fn due_jobs(
     limit: usize,
     rotation: u64,
     skip: &HashSet<u128>,
-) -> Vec<JobRecord> {
+) -> DuePage {
     let empty: Arc<str> = Arc::from("");
     let mut queues = Vec::new();
     for &lane in lanes {
@@ -183,22 +183,27 @@ pub(super) fn due_jobs(
         let lane_queues = state.queues.range(from..to).filter(|(k, _)| k.0 == lane);
         queues.extend(lane_queues.map(|(_, queue)| &queue.due));
     }
+    let mut page = DuePage::default();
     if queues.is_empty() {
-        return Vec::new();
+        return page;
     }
     let start = (rotation % queues.len() as u64) as usize;
     queues.rotate_left(start);
-    let mut out = Vec::new();
     for due in queues {
-        let ids = due.range(..=(now_ms, u64::MAX, u64::MAX)).map(job_of);
-        let ids = ids.filter(|id| !skip.contains(id));
-        let jobs = ids.filter_map(|id| state.job(id).map(|(job, _)| job));
-        out.extend(jobs.take(per_tenant).take(limit - out.len()));
-        if out.len() == limit {
-            break;
+        let want = per_tenant.min(limit - page.jobs.len());
+        let mut ids = (due.range(..=(now_ms, u64::MAX, u64::MAX)))
+            .map(job_of)
+            .filter(|id| !skip.contains(id) && state.jobs.contains_key(id));
+        let jobs = ids.by_ref().take(want).filter_map(|id| state.job(id));
+        page.jobs.extend(jobs.map(|(job, _)| job));
+        if ids.next().is_some() {
+            page.more = true;
+            if page.jobs.len() == limit {
+                break;
+            }
         }
     }
-    out
+    page
 }
 
 /// A subscription's dead letters after `cursor`, oldest job id first.

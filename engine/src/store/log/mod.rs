@@ -42,8 +42,8 @@ use self::segments::Segments;
 use self::writes::Tx;
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, EventLog, Expired,
-    Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, JobRecord, Jobs, Lane, LaneHolds, Page,
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, DuePage, EventLog,
+    Expired, Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Page,
     QuarantineRecord, Retention, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use crate::store::unavailable;
@@ -323,7 +323,7 @@ impl Jobs for LogStore {
         limit: usize,
         rotation: u64,
         skip: Arc<HashSet<u128>>,
-    ) -> Result<Vec<JobRecord>, StoreError> {
+    ) -> Result<DuePage, StoreError> {
         Ok(self.read(|log| {
             delivery::due_jobs(
                 &log.state, &lanes, now_ms, per_tenant, limit, rotation, &skip,

@@ -48,7 +48,8 @@ async fn seen(store: &dyn Store, subs: &[Uuid], unit: &UnitId) -> Seen {
     let due = store
         .due_jobs(vec![LANE], FAR, usize::MAX, usize::MAX, 0, Arc::default())
         .await
-        .expect("due");
+        .expect("due")
+        .jobs;
     let mut jobs: Vec<_> = (due.iter())
         .map(|j| (j.id, j.event_seq, j.attempts, j.starts))
         .collect();
@@ -128,7 +129,8 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
             let due = store
                 .due_jobs(vec![LANE], *now, 3, 6, rng.gen(), Arc::default())
                 .await
-                .expect("due");
+                .expect("due")
+                .jobs;
             let start = due.iter().map(|j| j.id).collect();
             store
                 .delivery_step(step(vec![], start, *now))
@@ -139,7 +141,8 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
             let due = store
                 .due_jobs(vec![LANE], FAR, 3, 6, rng.gen(), Arc::default())
                 .await
-                .expect("due");
+                .expect("due")
+                .jobs;
             let settle = (due.iter())
                 .map(|j| Settlement {
                     job: j.id,
