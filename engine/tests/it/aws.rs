@@ -144,6 +144,7 @@ async fn r_sk_1_kafka_events_reach_an_sqs_queue_once_with_ce_attributes() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with("sqs", Backend::Embedded, ENV).await;
     let (name, url) = queue().await;
     onboarded(
@@ -203,6 +204,7 @@ async fn r_sk_1_kafka_events_reach_an_eventbridge_bus_with_the_plain_key() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with("eventbridge", Backend::Embedded, ENV).await;
     let eb = eventbridge();
     let bus = format!("hub-it-{}", Uuid::now_v7().simple());
@@ -293,6 +295,7 @@ async fn r_cp_6_a_missing_queue_fails_onboarding_and_stores_nothing() {
         engine,
         tenant: _,
         api,
+        ..
     } = Setup::start_with("sqs-missing", Backend::Embedded, ENV).await;
     let (status, created) = api
         .call(

@@ -13,7 +13,7 @@ use crate::receiver::Counter;
 use crate::support::Backend;
 
 /// Posts one event; its status, `Retry-After` and body.
-async fn post_event(setup: &Setup, id: Uuid) -> (u16, Option<u64>, Value) {
+async fn post_event(setup: &Setup<Counter>, id: Uuid) -> (u16, Option<u64>, Value) {
     let mut request = setup
         .engine
         .post_ingest(&reqwest::Client::new(), "lender")
@@ -37,8 +37,8 @@ async fn post_event(setup: &Setup, id: Uuid) -> (u16, Option<u64>, Value) {
 /// An engine with two workers, so one destination runs one attempt at a time (R-DI-3), a lag
 /// bound of half a second and pauses of at most `max_pause_ms`; one webhook to a receiver that
 /// takes 300 ms an event (~3 a second).
-async fn slow_destination(name: &str, max_pause_ms: &str) -> (Setup, Counter) {
-    let setup = Setup::start_with(
+async fn slow_destination(name: &str, max_pause_ms: &str) -> Setup<Counter> {
+    let setup = Setup::counting(
         name,
         Backend::Embedded,
         &[
@@ -48,18 +48,18 @@ async fn slow_destination(name: &str, max_pause_ms: &str) -> (Setup, Counter) {
         ],
     )
     .await;
-    let counter = Counter::start().await;
     setup
         .api
-        .active_webhook("slow", &counter.url("/slow"), json!({}))
+        .active_webhook("slow", &setup.receiver.url("/slow"), json!({}))
         .await;
-    counter.delay("/slow", Duration::from_millis(300));
-    (setup, counter)
+    setup.receiver.delay("/slow", Duration::from_millis(300));
+    setup
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_in_10_http_ingest_answers_429_with_retry_after_while_delivery_is_behind() {
-    let (setup, counter) = slow_destination("backpressure", "3000").await;
+    let setup = slow_destination("backpressure", "3000").await;
+    let counter = &setup.receiver;
 
     // Events arrive faster than the destination takes them (~3 a second): delivery falls
     // behind, and ingest is held back.
@@ -147,7 +147,7 @@ async fn r_in_10_http_ingest_answers_429_with_retry_after_while_delivery_is_behi
 }
 
 /// Waits (bounded) until `/metrics` shows ingest held back.
-async fn wait_held_back(setup: &Setup, within: Duration) {
+async fn wait_held_back(setup: &Setup<Counter>, within: Duration) {
     let deadline = Instant::now() + within;
     while setup
         .engine
@@ -176,7 +176,8 @@ async fn r_in_7_kafka_ingest_pauses_while_delivery_is_behind_and_loses_nothing()
     // It produces to the shared `lender` topic, which a test holding the broker may delete.
     let _broker = crate::support::exclusive_broker().await;
     // Long enough that the gate stays closed while the test looks.
-    let (setup, counter) = slow_destination("backpressure-kafka", "60000").await;
+    let setup = slow_destination("backpressure-kafka", "60000").await;
+    let counter = &setup.receiver;
 
     let mut produced = crate::delivery::produce(&setup.tenant, 60).await;
     wait_held_back(&setup, Duration::from_secs(30)).await;

@@ -12,7 +12,7 @@ use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::receiver::{Act, Receiver};
+use crate::receiver::{Act, Counter, Receiver};
 use crate::support::*;
 
 /// Settings every delivery test runs with: loopback receivers allowed, a short poll, and hub
@@ -394,6 +394,7 @@ async fn produced_events_reach_a_verified_webhook_signed(backend: Backend) {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_on("deliver", backend).await;
     let (_, secret) = api
         .active_webhook("all", &receiver.url("/all"), json!({}))
@@ -500,13 +501,16 @@ async fn operator_metrics_are_exposed(engine: &Engine) {
     assert!(lag_seen, "consumer lag per partition");
 }
 
-/// A running engine on a fresh data directory with a scripted receiver and one tenant's API.
-pub(crate) struct Setup {
+/// A running engine on a fresh data directory with a receiver (scripted by default) and one
+/// tenant's API.
+pub(crate) struct Setup<R = Receiver> {
     pub dir: tempfile::TempDir,
-    pub receiver: Receiver,
+    pub receiver: R,
     pub engine: Engine,
     pub tenant: String,
     pub api: Tenant,
+    /// The consumer group, port and store the engine runs with, to start it again.
+    pub again: (String, u16, Backend),
     /// Last: its keyspace is dropped after the engine.
     pub env: EngineEnv,
 }
@@ -521,11 +525,32 @@ impl Setup {
     }
 
     pub(crate) async fn start_with(name: &str, backend: Backend, extra: &[(&str, &str)]) -> Setup {
+        Setup::around(Receiver::start().await, name, backend, extra).await
+    }
+}
+
+impl Setup<Counter> {
+    /// With a receiver that only counts and times what arrives, for tests under load.
+    pub(crate) async fn counting(name: &str, backend: Backend, extra: &[(&str, &str)]) -> Self {
+        Setup::around(Counter::start().await, name, backend, extra).await
+    }
+}
+
+/// How a test ends its engine.
+pub(crate) enum End {
+    /// SIGKILL: no shutdown path runs.
+    Kill9,
+    /// SIGTERM, and a clean exit.
+    Stop,
+}
+
+impl<R> Setup<R> {
+    async fn around(receiver: R, name: &str, backend: Backend, extra: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let receiver = Receiver::start().await;
         let group = format!("{name}-{}", Uuid::now_v7().simple());
         let env = engine_env(backend, extra);
-        let engine = start_engine(dir.path(), &group, free_port(), backend, &env);
+        let port = free_port();
+        let engine = start_engine(dir.path(), &group, port, backend, &env);
         engine.wait_ready().await;
         let tenant = format!("t-{name}-{}", Uuid::now_v7().simple());
         let api = Tenant::new(&engine, dir.path(), &tenant);
@@ -535,8 +560,30 @@ impl Setup {
             engine,
             tenant,
             api,
+            again: (group, port, backend),
             env,
         }
+    }
+
+    /// Ends the engine, to start it again with [`Setup::start_again`].
+    pub(crate) fn end_engine(&mut self, end: End) {
+        match end {
+            End::Kill9 => kill_9(&mut self.engine.child),
+            End::Stop => stop_gracefully(&mut self.engine.child),
+        }
+    }
+
+    /// Starts the engine again, ended first, on the same directory, group, port and settings.
+    pub(crate) async fn start_again(&mut self) {
+        let (group, port, backend) = &self.again;
+        let engine = start_engine(self.dir.path(), group, *port, *backend, &self.env);
+        engine.wait_ready().await;
+        self.engine = engine;
+    }
+
+    /// `tenant`'s API on this engine.
+    pub(crate) fn tenant_api(&self, tenant: &str) -> Tenant {
+        Tenant::new(&self.engine, self.dir.path(), tenant)
     }
 }
 
@@ -561,6 +608,7 @@ async fn failing_destination_dead_letters_then_replays(backend: Backend) {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_on("deadletter", backend).await;
     let (id, secret) = api
         .active_webhook(
@@ -717,6 +765,7 @@ async fn r_cp_11_pause_cancels_queued_deliveries_and_resume_takes_new_events() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start("pause").await;
     // The first attempt stalls past its 1 s timeout, so the pause lands while it is in flight;
     // its retry then comes due while paused or after resume: cancelled either way.
@@ -786,6 +835,7 @@ async fn r_cp_5_verification_emits_a_hub_event_delivered_like_any_event() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with(
         "hubevents",
         Backend::Embedded,
@@ -900,6 +950,7 @@ async fn r_di_10_a_long_broken_destination_is_auto_disabled_and_announced() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with(
         "autodisable",
         Backend::Embedded,

@@ -5,10 +5,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::json;
-use uuid::Uuid;
 
-use crate::delivery::{engine_env, eventually, produce_over, progresses_to, start_engine, Tenant};
-use crate::receiver::Counter;
+use crate::delivery::{eventually, produce_over, progresses_to, End, Setup};
 use crate::support::*;
 
 /// R-DI-1, R-DI-5, R-DI-8: every accepted event reaches every matching subscription at least
@@ -29,18 +27,12 @@ async fn r_di_1_kill_9_during_delivery_loses_no_job_cql() {
 
 async fn kill_9_during_delivery_loses_no_job(backend: Backend, events: usize) {
     let _broker = exclusive_broker().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Counter::start().await;
-    let group = format!("crash-deliver-{}", Uuid::now_v7().simple());
-    let port = free_port();
-    let env = engine_env(backend, &[]);
-    let engine = start_engine(dir.path(), &group, port, backend, &env);
-    engine.wait_ready().await;
-    let ns = Uuid::now_v7().simple().to_string();
-    let tenants: Vec<String> = (0..10).map(|t| format!("t-crash-{ns}-{t}")).collect();
+    let mut setup = Setup::counting("crash-deliver", backend, &[]).await;
+    let receiver = &setup.receiver;
+    let tenants: Vec<String> = (0..10).map(|t| format!("{}-{t}", setup.tenant)).collect();
     let paths = ["/a", "/b", "/c"];
     for t in &tenants {
-        let api = Tenant::new(&engine, dir.path(), t);
+        let api = setup.tenant_api(t);
         for p in paths {
             api.active_webhook(p, &receiver.url(p), json!({})).await;
         }
@@ -55,10 +47,10 @@ async fn kill_9_during_delivery_loses_no_job(backend: Backend, events: usize) {
         .await,
         "a fifth delivered before the crash"
     );
-    engine.kill_9();
-    let at_crash = receiver.counts().len();
-    let engine = start_engine(dir.path(), &group, port, backend, &env);
-    engine.wait_ready().await;
+    setup.end_engine(End::Kill9);
+    let at_crash = setup.receiver.counts().len();
+    setup.start_again().await;
+    let receiver = &setup.receiver;
     // No fixed deadline for a slow machine: it fails when nothing arrives for two minutes
     // (longer than a lane's hand-over, a lease, and a queue's full rescan).
     let all_arrived = progresses_to(
@@ -98,10 +90,10 @@ async fn kill_9_during_delivery_loses_no_job(backend: Backend, events: usize) {
     );
     if let Backend::Embedded = backend {
         // On CQL the gauge is a counter a replayed batch may bump twice (see `job_counts`).
-        let m = crate::delivery::metrics_once_settled(&engine).await;
+        let m = crate::delivery::metrics_once_settled(&setup.engine).await;
         assert_eq!(m["streaming_hub_delivery_pending_jobs"], 0);
     }
-    engine.stop();
+    setup.end_engine(End::Stop);
 }
 
 fn missing_per_path(
@@ -129,22 +121,16 @@ async fn r_di_3_a_slow_destination_takes_at_most_half_the_workers_cql() {
 
 async fn slow_destination_takes_at_most_half_the_workers(backend: Backend) {
     let _broker = exclusive_broker().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Counter::start().await;
+    let mut setup = Setup::counting("cap", backend, &[("STREAMING_HUB_SHARDS", "1")]).await;
+    let (receiver, api, tenant) = (&setup.receiver, &setup.api, &setup.tenant);
     receiver.delay("/slow", Duration::from_millis(500));
-    let group = format!("cap-{}", Uuid::now_v7().simple());
-    let env = engine_env(backend, &[("STREAMING_HUB_SHARDS", "1")]);
-    let engine = start_engine(dir.path(), &group, free_port(), backend, &env);
-    engine.wait_ready().await;
-    let tenant = format!("t-cap-{}", Uuid::now_v7().simple());
-    let api = Tenant::new(&engine, dir.path(), &tenant);
     api.active_webhook("slow", &receiver.url("/slow"), json!({}))
         .await;
     api.active_webhook("fast", &receiver.url("/fast"), json!({}))
         .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
 
-    let sent = produce_over(std::slice::from_ref(&tenant), 80).await;
+    let sent = produce_over(std::slice::from_ref(tenant), 80).await;
     assert!(
         eventually(Duration::from_secs(60), || receiver.load("/fast").1 >= 81).await,
         "the fast destination gets every event (and its ping)"
@@ -170,7 +156,7 @@ async fn slow_destination_takes_at_most_half_the_workers(backend: Backend) {
         (sent.len() * 2, 0),
         "each event once on each destination; delivered more than once: {twice:?}"
     );
-    engine.stop();
+    setup.end_engine(End::Stop);
 }
 
 /// R-DI-2: a backlog larger than what a lane may hold flows to its workers page after page as
@@ -190,30 +176,21 @@ async fn r_di_2_a_backlog_beyond_the_lanes_memory_drains_without_waiting_for_the
 async fn backlog_drains_without_waiting_for_the_poll(backend: Backend) {
     const EVENTS: usize = 3_000;
     let _broker = exclusive_broker().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Counter::start().await;
-    let group = format!("backlog-{}", Uuid::now_v7().simple());
-    let env = engine_env(
-        backend,
-        &[
-            ("STREAMING_HUB_SHARDS", "1"),
-            ("STREAMING_HUB_DELIVERY_POLL_MS", "2000"),
-        ],
-    );
-    let port = free_port();
-    let engine = start_engine(dir.path(), &group, port, backend, &env);
-    engine.wait_ready().await;
-    let tenant = format!("t-backlog-{}", Uuid::now_v7().simple());
-    let api = Tenant::new(&engine, dir.path(), &tenant);
-    api.active_webhook("one", &receiver.url("/one"), json!({}))
+    let settings = [
+        ("STREAMING_HUB_SHARDS", "1"),
+        ("STREAMING_HUB_DELIVERY_POLL_MS", "2000"),
+    ];
+    let mut setup = Setup::counting("backlog", backend, &settings).await;
+    (setup.api)
+        .active_webhook("one", &setup.receiver.url("/one"), json!({}))
         .await;
-    engine.stop();
+    setup.end_engine(End::Stop);
 
     // The backlog waits in Kafka: the engine ingests it at once when it starts, so nearly all of
     // its jobs are left to the store for the lane's pages.
-    let sent = produce_over(std::slice::from_ref(&tenant), EVENTS).await;
-    let engine = start_engine(dir.path(), &group, port, backend, &env);
-    engine.wait_ready().await;
+    let sent = produce_over(std::slice::from_ref(&setup.tenant), EVENTS).await;
+    setup.start_again().await;
+    let receiver = &setup.receiver;
     let all = eventually(Duration::from_secs(30), || {
         receiver.load("/one").1 > EVENTS as u64
     })
@@ -225,5 +202,5 @@ async fn backlog_drains_without_waiting_for_the_poll(backend: Backend) {
     );
     let counts = receiver.counts();
     assert_eq!(counts.len(), sent.len(), "each event delivered");
-    engine.stop();
+    setup.end_engine(End::Stop);
 }

@@ -19,6 +19,7 @@ async fn r_cp_10_an_active_webhook_moves_only_after_its_new_endpoint_answers_a_p
         engine,
         tenant,
         api,
+        ..
     } = Setup::start("move").await;
     let (id, secret) = api
         .active_webhook("m", &receiver.url("/old"), json!({}))
@@ -90,6 +91,7 @@ async fn r_tr_4_in_the_standalone_hub_an_event_right_after_a_ping_is_delivered()
         engine,
         tenant,
         api,
+        ..
     } = Setup::start("right-after").await;
     api.active_webhook("now", &receiver.url("/now"), json!({}))
         .await;
@@ -115,6 +117,7 @@ async fn r_cp_9_a_rotation_signs_with_both_secrets_during_the_overlap() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start("rotate").await;
     let (id, first) = api
         .active_webhook("r", &receiver.url("/r"), json!({}))
@@ -188,6 +191,7 @@ async fn r_cp_9_after_the_overlap_only_the_new_secret_signs() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with(
         "overlap",
         crate::support::Backend::Embedded,

@@ -94,6 +94,7 @@ async fn readers_see_every_event_once(backend: Backend) {
         engine,
         tenant: base,
         api: _,
+        ..
     } = Setup::start_on("pull", backend).await;
     let tenants: Vec<String> = (0..TENANTS).map(|i| format!("{base}-{i}")).collect();
     let mut subs = Vec::new();
@@ -195,6 +196,7 @@ async fn r_cp_11_pull_pause_resume_and_after() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start("pull-pause").await;
     let client = reqwest::Client::new();
     let id = create_pull(

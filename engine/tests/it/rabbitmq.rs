@@ -191,6 +191,7 @@ async fn r_sk_1_kafka_events_reach_a_rabbitmq_queue_once_with_ce_headers() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with("rabbit", Backend::Embedded, LOCAL_BROKER).await;
     let broker = Broker::with_queue().await;
     let (ch, queue) = (&broker.ch, broker.queue.clone());
@@ -266,6 +267,7 @@ async fn r_cp_6_a_credential_is_stored_only_when_its_probe_succeeds() {
         engine,
         tenant: _,
         api,
+        ..
     } = Setup::start_with(
         "rabbit-onboard",
         Backend::Embedded,
@@ -495,6 +497,7 @@ async fn r_di_6_a_rabbitmq_outage_is_retried_and_delivered_when_the_broker_retur
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with(
         "rabbit-outage",
         Backend::Embedded,
@@ -589,6 +592,7 @@ async fn r_di_8_an_unroutable_rabbitmq_publish_is_dead_lettered_and_replays() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start_with("rabbit-unroutable", Backend::Embedded, LOCAL_BROKER).await;
     let broker = Broker::with_queue().await;
     let (ch, queue) = (&broker.ch, broker.queue.clone());

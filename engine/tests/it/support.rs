@@ -207,8 +207,7 @@ impl Engine {
 
     /// SIGKILL: no shutdown path runs.
     pub fn kill_9(mut self) {
-        self.child.kill().expect("kill -9");
-        self.child.wait().expect("reaped");
+        kill_9(&mut self.child);
     }
 
     /// SIGTERM, then wait for a graceful exit.
@@ -246,6 +245,12 @@ pub async fn wait_ready(http: &str, what: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{what} did not become ready");
+}
+
+/// SIGKILL, then a wait for the process to be gone.
+pub fn kill_9(child: &mut Child) {
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
 }
 
 /// SIGTERM, then a wait for an exit with status 0.

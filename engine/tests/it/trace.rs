@@ -14,6 +14,7 @@ async fn r_tr_5_trace_context_is_forwarded_on_webhook_deliveries() {
         engine,
         tenant,
         api,
+        ..
     } = Setup::start("trace").await;
     api.active_webhook("t", &receiver.url("/t"), json!({}))
         .await;
