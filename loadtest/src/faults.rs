@@ -528,7 +528,7 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
     .await?;
     hub.stop()?;
     eprintln!("[faults] producing {} records to {topic}", scenario.records);
-    let producer = kafka::producer(&args.kafka)?;
+    let producer = kafka::producer(&args.kafka, args.producer_linger_ms)?;
     let mut generator = Generator::new(scenario, &run_id, &run_id, args.seed);
     let produced = kafka::produce(
         &producer,

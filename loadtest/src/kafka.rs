@@ -60,10 +60,11 @@ pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow
     Ok(())
 }
 
-pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+/// The load's producer; it waits up to `linger_ms` to fill a batch.
+pub fn producer(brokers: &str, linger_ms: u64) -> anyhow::Result<FutureProducer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("linger.ms", "5")
+        .set("linger.ms", linger_ms.to_string())
         .set("batch.size", "1000000")
         .set("queue.buffering.max.messages", "1000000")
         .set("enable.idempotence", "true")

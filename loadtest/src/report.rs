@@ -128,6 +128,8 @@ pub struct Report {
     pub sink: Option<crate::sinks::SinkChoice>,
     pub store: StoreChoice,
     pub command: String,
+    /// The load producer's `linger.ms` (Kafka target): part of every latency measured.
+    pub producer_linger_ms: u64,
     pub commit: String,
     pub machine: Machine,
     pub started_at: String,
@@ -452,9 +454,16 @@ impl Report {
                 );
             }
             if let Some([p50, p90, p99, p999, max]) = d.latency_ms {
+                let linger = match self.target {
+                    crate::run::Target::Kafka => format!(
+                        "; the producer waits up to {} ms to fill a batch",
+                        self.producer_linger_ms
+                    ),
+                    crate::run::Target::Http => String::new(),
+                };
                 let _ = writeln!(
                     md,
-                    "| end-to-end latency (producer send → arrival at the destination) | p50 {p50:.1} ms · p90 {p90:.1} ms · p99 {p99:.1} ms · p99.9 {p999:.1} ms · max {max:.1} ms |"
+                    "| end-to-end latency (producer send → arrival at the destination{linger}) | p50 {p50:.1} ms · p90 {p90:.1} ms · p99 {p99:.1} ms · p99.9 {p999:.1} ms · max {max:.1} ms |"
                 );
             }
             if let Some(slow) = slow_seconds(&d.worst_by_sent_second) {

@@ -40,6 +40,8 @@ pub struct RunArgs {
     pub cql: String,
     pub hub_bin: PathBuf,
     pub seed: u64,
+    /// The load producer's `linger.ms`.
+    pub producer_linger_ms: u64,
     pub delete_other_topics: bool,
     /// Where the load goes: Kafka (default) or the hub's HTTP ingest.
     pub target: Target,
@@ -465,7 +467,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let started_at = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
-    let producer = kafka::producer(&args.kafka)?;
+    let producer = kafka::producer(&args.kafka, args.producer_linger_ms)?;
     let mut generator = Generator::new(scenario, &run_id, &run_id, args.seed);
     let acked = Arc::new(AtomicU64::new(0));
     let data_dir = tempfile::tempdir()?;
@@ -778,6 +780,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         scenario: scenario.clone(),
         store: args.store,
         command: args.command,
+        producer_linger_ms: args.producer_linger_ms,
         commit: crate::machine::commit(),
         machine: crate::machine::machine(),
         started_at,
