@@ -119,7 +119,13 @@ impl StoreReader {
         {
             return;
         }
-        let next = crate::delivery::marks::marked(sub, true, now);
+        let mark = hub_control::store::DeliveryMark {
+            tenant: sub.tenant.clone(),
+            subscription: sub.id,
+            success: true,
+            at_ms: now,
+        };
+        let next = mark.applied_to(sub);
         if let Err(e) = self.control.replace(&next, sub.revision).await {
             tracing::debug!(error = %e, "last_success_at not recorded");
         }

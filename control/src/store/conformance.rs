@@ -20,8 +20,58 @@ pub async fn run_all(store: Arc<dyn ControlStore>, ns: &str) {
     names_revisions_and_soft_delete(&*store, ns).await;
     listing_pages_in_id_order_and_skips_deleted(&*store, ns).await;
     changes_are_logged_in_order(&*store, ns).await;
+    delivery_marks_are_changes_and_pass_over_deleted(&*store, ns).await;
     idempotency_keys(&*store, ns).await;
     one_of_concurrent_begins_wins(store, ns).await;
+}
+
+/// R-CP-2: a batch of delivery marks applies each in order (a success clears the failure),
+/// logs each as a change, and passes over a deleted or unknown subscription.
+async fn delivery_marks_are_changes_and_pass_over_deleted(store: &dyn ControlStore, ns: &str) {
+    let tenant = format!("{ns}-marks");
+    let (a, b) = (subscription(&tenant, "a"), subscription(&tenant, "b"));
+    store.create(&a).await.expect("create a");
+    store.create(&b).await.expect("create b");
+    let mut gone = b.clone();
+    gone.deleted = true;
+    gone.revision = 2;
+    store.replace(&gone, 1).await.expect("delete b");
+    let before = store.changes_since(0, usize::MAX).await.expect("changes");
+    let last = before.last().map_or(0, |c| c.revision);
+    let mark = |id: Uuid, success: bool, at_ms: i64| DeliveryMark {
+        tenant: tenant.clone(),
+        subscription: id,
+        success,
+        at_ms,
+    };
+    let marks = vec![
+        mark(a.id, false, 10),
+        mark(b.id, true, 20),
+        mark(Uuid::now_v7(), true, 30),
+        mark(a.id, true, 40),
+        mark(a.id, false, 50),
+    ];
+    store.mark_deliveries(marks).await.expect("marks");
+    let a_now = store.get(&tenant, a.id).await.expect("get").expect("a");
+    assert_eq!(
+        (
+            a_now.last_success_at_ms,
+            a_now.last_failure_at_ms,
+            a_now.revision
+        ),
+        (Some(40), Some(50), 4),
+        "each mark applied in order, each a revision"
+    );
+    assert_eq!(store.get(&tenant, b.id).await.expect("get"), Some(gone));
+    let logged: Vec<Uuid> = (store
+        .changes_since(last, usize::MAX)
+        .await
+        .expect("changes"))
+    .into_iter()
+    .filter(|c| c.tenant == tenant)
+    .map(|c| c.id)
+    .collect();
+    assert_eq!(logged, vec![a.id; 3], "one change per mark applied");
 }
 
 async fn names_revisions_and_soft_delete(store: &dyn ControlStore, ns: &str) {

@@ -216,6 +216,32 @@ impl ControlStore for EmbeddedControlStore {
         .await
     }
 
+    async fn mark_deliveries(&self, marks: Vec<DeliveryMark>) -> Result<(), ControlStoreError> {
+        self.write(move |db| {
+            let txn = db.begin_write().map_err(unavailable)?;
+            {
+                let mut subs = txn.open_table(SUBS).map_err(unavailable)?;
+                let mut changes = txn.open_table(CHANGES).map_err(unavailable)?;
+                for mark in &marks {
+                    let key = (mark.tenant.as_str(), mark.subscription.as_u128());
+                    let current = match subs.get(key).map_err(unavailable)? {
+                        Some(row) => decode_sub(row.value())?,
+                        None => continue,
+                    };
+                    if current.deleted {
+                        continue;
+                    }
+                    let next = mark.applied_to(&current);
+                    subs.insert(key, encode_sub(&next)?.as_slice())
+                        .map_err(unavailable)?;
+                    log_change(&mut changes, &next)?;
+                }
+            }
+            txn.commit().map_err(unavailable)
+        })
+        .await
+    }
+
     async fn replace(&self, sub: &Subscription, expected: u64) -> Result<(), ControlStoreError> {
         let sub = sub.clone();
         self.write(move |db| {

@@ -27,6 +27,32 @@ pub enum ControlStoreError {
     NotFound,
 }
 
+/// An attempt's outcome to record on its subscription's delivery timestamps (R-CP-2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryMark {
+    pub tenant: String,
+    pub subscription: Uuid,
+    pub success: bool,
+    pub at_ms: i64,
+}
+
+impl DeliveryMark {
+    /// `current` with this outcome marked: a success sets `last_success_at` and clears
+    /// `last_failure_at`; a failure sets `last_failure_at`. The revision moves.
+    #[must_use]
+    pub fn applied_to(&self, current: &Subscription) -> Subscription {
+        let mut next = current.clone();
+        if self.success {
+            next.last_success_at_ms = Some(self.at_ms);
+            next.last_failure_at_ms = None;
+        } else {
+            next.last_failure_at_ms = Some(self.at_ms);
+        }
+        next.revision += 1;
+        next
+    }
+}
+
 /// One change of one subscription, in the order engines apply them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
@@ -143,6 +169,31 @@ pub trait ControlStore: Send + Sync + std::fmt::Debug {
     /// Replaces a subscription whose stored revision is `expected` with `sub` (whose revision
     /// must be `expected + 1`), keeping the name index true; appends to the revision log.
     async fn replace(&self, sub: &Subscription, expected: u64) -> Result<(), ControlStoreError>;
+
+    /// Records delivery outcomes on their subscriptions (R-CP-2), each a change like any
+    /// other; a subscription deleted or gone is passed over. A conflict with another writer is
+    /// tried again a few times, then left to a later attempt's mark. The embedded store writes
+    /// them all in one transaction, so a burst of marks costs one sync.
+    async fn mark_deliveries(&self, marks: Vec<DeliveryMark>) -> Result<(), ControlStoreError> {
+        for mark in marks {
+            for _ in 0..3 {
+                let current = match self.get(&mark.tenant, mark.subscription).await? {
+                    Some(current) if !current.deleted => current,
+                    _ => break,
+                };
+                match self
+                    .replace(&mark.applied_to(&current), current.revision)
+                    .await
+                {
+                    Err(ControlStoreError::Conflict) => continue,
+                    Err(ControlStoreError::NotFound) => break,
+                    other => other?,
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
 
     /// Whether a change's log entry may be read before its row lands (CQL writes the entry
     /// first): a follower then reads the change's subscription again for a while. The embedded

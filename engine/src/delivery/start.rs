@@ -35,6 +35,7 @@ pub struct Delivery {
     handoffs: Vec<async_channel::Receiver<Handoff>>,
     shards: usize,
     control: Arc<Control>,
+    marks: super::marks::MarkWriter,
     lane: LaneConfig,
     stop: Arc<AtomicBool>,
     /// The gate lanes report their lag to and ingest reads.
@@ -94,6 +95,8 @@ impl Delivery {
             tokio.spawn(listen_for_changes(url.clone(), pushed, stop.clone()));
         }
         tokio.spawn(auto_probe(subs.clone(), control.clone(), stop.clone()));
+        let (marks, writing_marks) = super::marks::MarkWriter::new(control.store.clone());
+        tokio.spawn(writing_marks);
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(1))
             .unzip();
@@ -125,6 +128,7 @@ impl Delivery {
             handoffs,
             shards,
             control: control.clone(),
+            marks,
             lane,
             stop,
             backpressure,
@@ -180,6 +184,7 @@ impl Delivery {
                         sinks: self.control.sinks.clone(),
                         keyring: self.control.keyring.clone(),
                         control: self.control.clone(),
+                        marks: self.marks.clone(),
                         counters: self.counters.clone(),
                         wake: wake.clone(),
                         handoff: handoff.clone(),

@@ -123,6 +123,8 @@ pub struct DeliveryLane {
     pub keyring: Arc<Keyring>,
     /// The control plane: its store (auto-disable writes there) and the hub's event emitter.
     pub control: Arc<Control>,
+    /// Where attempts' outcomes go to the subscriptions' timestamps (R-CP-2).
+    pub marks: super::marks::MarkWriter,
     pub counters: Arc<DeliveryCounters>,
     /// Nudged by ingest after a durable batch created jobs the lane must page.
     pub wake: async_channel::Receiver<()>,

@@ -88,7 +88,12 @@ impl DeliveryLane {
         }
         .emit(now);
         if lane.marks.due(&f.sub, outcome.success, now) {
-            self.mark(f.job.tenant.clone(), f.sub.id, outcome.success, now);
+            self.marks.send(hub_control::store::DeliveryMark {
+                tenant: f.job.tenant.clone(),
+                subscription: f.sub.id,
+                success: outcome.success,
+                at_ms: now,
+            });
         }
         let settled = after_attempt(
             &f.job,
@@ -118,31 +123,6 @@ impl DeliveryLane {
             _ => c.failed_attempts.fetch_add(1, Ordering::Relaxed),
         };
         lane.settle.push(Settlement { job: id, settled });
-    }
-
-    /// Writes an attempt's outcome to the subscription's timestamps (R-CP-2); fire and forget
-    /// (a lost race is marked by a later attempt).
-    pub(super) fn mark(&self, tenant: String, id: uuid::Uuid, success: bool, now: i64) {
-        let control = self.control.clone();
-        self.bridge.spawn(async move {
-            for _ in 0..3 {
-                let Ok(Some(current)) = control.store.get(&tenant, id).await else {
-                    return;
-                };
-                if current.deleted {
-                    return;
-                }
-                let next = crate::delivery::marks::marked(&current, success, now);
-                match control.store.replace(&next, current.revision).await {
-                    Ok(()) => return,
-                    Err(hub_control::store::ControlStoreError::Conflict) => continue,
-                    Err(e) => {
-                        tracing::debug!(error = %e, tenant, subscription = %id, "delivery timestamps not recorded");
-                        return;
-                    }
-                }
-            }
-        });
     }
 
     /// Auto-disable (R-DI-10): a streak that passes both gates stops the subscription, unless
