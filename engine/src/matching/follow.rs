@@ -25,13 +25,38 @@ pub struct Subscriptions {
     /// One catch-up at a time: the follower and, in one process, the control plane's writes
     /// (two at once could put an older copy of a subscription over a newer one).
     catching_up: tokio::sync::Mutex<()>,
-    /// Changes read in the last [`RECHECK`], read again on every catch-up: on CQL a change's log
-    /// entry is written just before the subscription's row, so a reader between the two finds
-    /// the old row under the new entry and would otherwise keep it until the next change.
-    /// Kept only for a store whose rows may lag its log (`rows_may_lag_log`): on the embedded
-    /// store, a burst of writes (2,000 subscriptions created one after another, each write
-    /// followed by a catch-up) re-read every change of the last 5 s per write, for nothing.
-    recent: Mutex<Vec<(std::time::Instant, String, Uuid)>>,
+    /// Changes to read again: on CQL a change's log entry is written just before the
+    /// subscription's row, so a reader between the two finds the old row under the new entry
+    /// and would otherwise keep it until the next change. Each is read again twice ([`Recent`]),
+    /// not on every catch-up for a while (a burst of delivery marks on 2,000 subscriptions made
+    /// every catch-up read hundreds of rows again). Kept only for a store whose rows may lag its
+    /// log (`rows_may_lag_log`).
+    recent: Mutex<Vec<Recent>>,
+    /// Catch-ups so far, so a change is first read again by a later one.
+    catch_ups: std::sync::atomic::AtomicU64,
+}
+
+/// A change read from the log whose subscription is read again: by the next catch-up (the row
+/// lands a moment after its entry), and once more [`RECHECK`] after (a writer that stalled
+/// between the two).
+#[derive(Debug)]
+struct Recent {
+    first_read: std::time::Instant,
+    /// The catch-up that first read it.
+    catch_up: u64,
+    tenant: String,
+    id: Uuid,
+    read_again: u8,
+}
+
+impl Recent {
+    fn due(&self, catch_up: u64) -> bool {
+        match self.read_again {
+            0 => catch_up > self.catch_up,
+            1 => self.first_read.elapsed() >= RECHECK,
+            _ => false,
+        }
+    }
 }
 
 /// The subscriptions as of the last change applied.
@@ -88,7 +113,7 @@ impl Known {
     }
 }
 
-/// How long a change's subscription is read again after its log entry was first read (far
+/// When a change's subscription is read a last time after its log entry was first read (far
 /// longer than the moment between a writer's log entry and its row).
 const RECHECK: Duration = Duration::from_secs(5);
 
@@ -119,6 +144,7 @@ impl Subscriptions {
     /// Only the tenants with changes have their part of the index built again.
     pub async fn catch_up(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
         let _one = self.catching_up.lock().await;
+        let this = self.catch_ups.fetch_add(1, Ordering::Relaxed) + 1;
         let mut revision = self.index().revision;
         let start = revision;
         let mut touched: BTreeSet<String> = BTreeSet::new();
@@ -133,7 +159,13 @@ impl Subscriptions {
                 touched.insert(c.tenant.clone());
                 if store.rows_may_lag_log() {
                     if let Ok(mut recent) = self.recent.lock() {
-                        recent.push((std::time::Instant::now(), c.tenant.clone(), c.id));
+                        recent.push(Recent {
+                            first_read: std::time::Instant::now(),
+                            catch_up: this,
+                            tenant: c.tenant.clone(),
+                            id: c.id,
+                            read_again: 0,
+                        });
                     }
                 }
             }
@@ -143,7 +175,7 @@ impl Subscriptions {
             }
         }
         if store.rows_may_lag_log() {
-            touched.extend(self.recheck_recent(store).await?);
+            touched.extend(self.recheck_recent(store, this).await?);
         }
         if revision == start && touched.is_empty() {
             return Ok(false);
@@ -170,16 +202,22 @@ impl Subscriptions {
             .is_ok_and(|mut known| known.apply(id, current))
     }
 
-    /// Reads again the subscriptions of changes read in the last [`RECHECK`]; returns the
-    /// tenants of those newer than the copy kept.
+    /// Reads again the subscriptions of recent changes due a read ([`Recent::due`]); returns
+    /// the tenants of those newer than the copy kept.
     async fn recheck_recent(
         &self,
         store: &dyn ControlStore,
+        catch_up: u64,
     ) -> Result<Vec<String>, ControlStoreError> {
         let due: BTreeSet<(String, Uuid)> = match self.recent.lock() {
             Ok(mut recent) => {
-                recent.retain(|(at, _, _)| at.elapsed() < RECHECK);
-                recent.iter().map(|(_, t, id)| (t.clone(), *id)).collect()
+                let mut due = BTreeSet::new();
+                for r in recent.iter_mut().filter(|r| r.due(catch_up)) {
+                    r.read_again += 1;
+                    due.insert((r.tenant.clone(), r.id));
+                }
+                recent.retain(|r| r.read_again < 2);
+                due
             }
             Err(_) => return Ok(Vec::new()),
         };
@@ -419,7 +457,7 @@ mod tests {
         assert!(subs.index().matches(&ev).is_empty(), "pending: no match");
 
         // Activated (a ping); the next two reads of its row still answer the pending copy (the
-        // catch-up's read of the change, and its own re-read).
+        // catch-up's read of the change, and its read again of the creation, read by the last).
         let mut activated = pending.clone();
         activated.verification_state = VerificationState::Active;
         activated.revision = 2;
@@ -430,9 +468,15 @@ mod tests {
             subs.index().matches(&ev).is_empty(),
             "the stale row was read"
         );
-        // No new log entry, but the recent change is read again: the row has landed.
+        // No new log entry, but the next catch-up reads the change again: the row has landed.
         subs.catch_up(&store).await.expect("catch up");
         assert_eq!(subs.index().matches(&ev), vec![pending.id]);
+        // Not again on every catch-up after that (once more only after `RECHECK`).
+        let reads = store.reads.load(Ordering::Relaxed);
+        for _ in 0..5 {
+            subs.catch_up(&store).await.expect("catch up");
+        }
+        assert_eq!(store.reads.load(Ordering::Relaxed), reads);
     }
 
     /// R-MA-3: on a store whose rows never lag its log (the embedded one), a burst of writes,
