@@ -66,6 +66,20 @@ fn delivery(c: &mut Criterion) {
         b.iter(|| std::hint::black_box(index.matches(std::hint::black_box(&ev))))
     });
 
+    // A subscription change on a hub of 100,000 tenants (one subscription each): what each
+    // catch-up of the follower pays per revision, delivery marks included.
+    let many: Vec<Subscription> = (0..100_000)
+        .map(|i| Subscription {
+            verification_state: VerificationState::Active,
+            ..Subscription::new(&format!("t{i}"), "s", SinkKind::Webhook, 0)
+        })
+        .collect();
+    let wide = MatchIndex::build(&many, 1);
+    let changed = vec![&many[4_242]];
+    group.bench_function("rebuild_one_tenant_of_100k", |b| {
+        b.iter(|| std::hint::black_box(wide.rebuilt(2, [("t4242", changed.clone())])))
+    });
+
     let mut scheduler = Scheduler::new(8);
     for j in 0..10_000u128 {
         scheduler.push(
