@@ -210,24 +210,51 @@ fn one_event_life(c: &mut Criterion, format: EmbeddedFormat, name: &str) {
     group.finish();
 }
 
-/// Opening the log store: replaying 100,000 events with one pending job each into the indexes
-/// (issue 17: the log keeps no checkpoint of its indexes, so a start replays every segment).
+/// 100,000 events over 100 tenants with one pending job each (lane 0), written as ingest does,
+/// 1,000 a batch.
+const BACKLOG: usize = 100_000;
+
+fn backlog(format: EmbeddedFormat) -> (tokio::runtime::Runtime, tempfile::TempDir, Arc<dyn Store>) {
+    let (rt, dir, store, unit, fence) = claimed_store(format);
+    let sub = uuid::Uuid::now_v7();
+    for n in 0..BACKLOG / 1000 {
+        let mut batch = batch(1000, (n as i64 + 1) * 1000);
+        batch.matches = vec![Matches(vec![sub]); 1000];
+        rt.block_on(store.write_batch(&unit, fence, Arc::new(batch)))
+            .expect("write");
+    }
+    (rt, dir, store)
+}
+
+/// A lane's page of due jobs from the backlog: at most 128 of a queue, 1,024 in all, as a lane
+/// with an empty memory asks (R-DI-2).
+fn page_due(c: &mut Criterion) {
+    for (format, name) in FORMATS {
+        let (rt, _dir, store) = backlog(format);
+        let mut group = c.benchmark_group(format!("embedded_store_{name}"));
+        group.throughput(Throughput::Elements(1024));
+        let mut rotation = 0;
+        group.bench_function("page_1024_due_jobs_of_100k", |b| {
+            b.iter(|| {
+                rotation += 1;
+                let skip = Arc::default();
+                let page =
+                    rt.block_on(store.due_jobs(vec![0], i64::MAX, 128, 1024, rotation, skip));
+                assert_eq!(page.expect("page").jobs.len(), 1024);
+            })
+        });
+        group.finish();
+    }
+}
+
+/// Opening the log store: replaying the backlog into the indexes (issue 17: the log keeps no
+/// checkpoint of its indexes, so a start replays every segment).
 fn log_open(c: &mut Criterion) {
-    const EVENTS: usize = 100_000;
-    let dir = {
-        let (rt, dir, store, unit, fence) = claimed_store(EmbeddedFormat::Log);
-        let sub = uuid::Uuid::now_v7();
-        for n in 0..EVENTS / 1000 {
-            let mut batch = batch(1000, (n as i64 + 1) * 1000);
-            batch.matches = vec![Matches(vec![sub]); 1000];
-            rt.block_on(store.write_batch(&unit, fence, Arc::new(batch)))
-                .expect("write");
-        }
-        dir
-    };
+    // The writer closed first: a log is opened by one process at a time.
+    let dir = backlog(EmbeddedFormat::Log).1;
     let mut group = c.benchmark_group("embedded_store_log");
     group.sample_size(10);
-    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.throughput(Throughput::Elements(BACKLOG as u64));
     group.bench_function("open_100k_events_with_pending_jobs", |b| {
         b.iter(|| {
             let store = open_embedded(dir.path(), Some(EmbeddedFormat::Log), Default::default())
@@ -241,6 +268,6 @@ fn log_open(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = embedded_write, delivery_life, log_open
+    targets = embedded_write, delivery_life, page_due, log_open
 }
 criterion_main!(benches);

@@ -119,14 +119,8 @@ impl StoreReader {
         {
             return;
         }
-        let mark = hub_control::store::DeliveryMark {
-            tenant: sub.tenant.clone(),
-            subscription: sub.id,
-            success: true,
-            at_ms: now,
-        };
-        let next = mark.applied_to(sub);
-        if let Err(e) = self.control.replace(&next, sub.revision).await {
+        let mark = hub_control::store::DeliveryMark::of(sub, true, now);
+        if let Err(e) = self.control.mark_deliveries(vec![mark]).await {
             tracing::debug!(error = %e, "last_success_at not recorded");
         }
     }

@@ -37,6 +37,16 @@ pub struct DeliveryMark {
 }
 
 impl DeliveryMark {
+    /// An outcome of `sub` at `at_ms`.
+    pub fn of(sub: &Subscription, success: bool, at_ms: i64) -> Self {
+        Self {
+            tenant: sub.tenant.clone(),
+            subscription: sub.id,
+            success,
+            at_ms,
+        }
+    }
+
     /// `current` with this outcome marked: a success sets `last_success_at` and clears
     /// `last_failure_at`; a failure sets `last_failure_at`. The revision moves.
     #[must_use]

@@ -93,13 +93,7 @@ mod tests {
     use hub_control::store::conformance::subscription;
 
     fn marked(sub: &Subscription, success: bool, at_ms: i64) -> Subscription {
-        let mark = DeliveryMark {
-            tenant: sub.tenant.clone(),
-            subscription: sub.id,
-            success,
-            at_ms,
-        };
-        mark.applied_to(sub)
+        DeliveryMark::of(sub, success, at_ms).applied_to(sub)
     }
 
     /// Marks handed over within the gathering window land together, each applied in order;

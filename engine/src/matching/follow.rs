@@ -23,8 +23,9 @@ pub struct Subscriptions {
     index: RwLock<Arc<MatchIndex>>,
     known: Mutex<Known>,
     /// One catch-up at a time: the follower and, in one process, the control plane's writes
-    /// (two at once could put an older copy of a subscription over a newer one).
-    catching_up: tokio::sync::Mutex<()>,
+    /// (two at once could put an older copy of a subscription over a newer one). Holds how
+    /// many there were, so a change is first read again by a later one.
+    catching_up: tokio::sync::Mutex<u64>,
     /// Changes to read again: on CQL a change's log entry is written just before the
     /// subscription's row, so a reader between the two finds the old row under the new entry
     /// and would otherwise keep it until the next change. Each is read again twice ([`Recent`]),
@@ -32,8 +33,6 @@ pub struct Subscriptions {
     /// every catch-up read hundreds of rows again). Kept only for a store whose rows may lag its
     /// log (`rows_may_lag_log`).
     recent: Mutex<Vec<Recent>>,
-    /// Catch-ups so far, so a change is first read again by a later one.
-    catch_ups: std::sync::atomic::AtomicU64,
 }
 
 /// A change read from the log whose subscription is read again: by the next catch-up (the row
@@ -143,8 +142,9 @@ impl Subscriptions {
     /// Applies every change after the current index's revision; true when the index changed.
     /// Only the tenants with changes have their part of the index built again.
     pub async fn catch_up(&self, store: &dyn ControlStore) -> Result<bool, ControlStoreError> {
-        let _one = self.catching_up.lock().await;
-        let this = self.catch_ups.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut catch_ups = self.catching_up.lock().await;
+        *catch_ups += 1;
+        let this = *catch_ups;
         let mut revision = self.index().revision;
         let start = revision;
         let mut touched: BTreeSet<String> = BTreeSet::new();

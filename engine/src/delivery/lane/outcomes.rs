@@ -88,12 +88,8 @@ impl DeliveryLane {
         }
         .emit(now);
         if lane.marks.due(&f.sub, outcome.success, now) {
-            self.marks.send(hub_control::store::DeliveryMark {
-                tenant: f.job.tenant.clone(),
-                subscription: f.sub.id,
-                success: outcome.success,
-                at_ms: now,
-            });
+            let mark = hub_control::store::DeliveryMark::of(&f.sub, outcome.success, now);
+            self.marks.send(mark);
         }
         let settled = after_attempt(
             &f.job,

@@ -191,12 +191,14 @@ pub(super) fn due_jobs(
     queues.rotate_left(start);
     for due in queues {
         let want = per_tenant.min(limit - page.jobs.len());
-        let mut ids = (due.range(..=(now_ms, u64::MAX, u64::MAX)))
+        let mut entries = (due.range(..=(now_ms, u64::MAX, u64::MAX)))
             .map(job_of)
-            .filter(|id| !skip.contains(id) && state.jobs.contains_key(id));
-        let jobs = ids.by_ref().take(want).filter_map(|id| state.job(id));
-        page.jobs.extend(jobs.map(|(job, _)| job));
-        if ids.next().is_some() {
+            .filter(|id| !skip.contains(id))
+            .filter_map(|id| state.jobs.get(&id).map(|entry| (id, entry)));
+        let jobs = entries.by_ref().take(want);
+        page.jobs
+            .extend(jobs.map(|(id, entry)| state.record(id, entry)));
+        if entries.next().is_some() {
             page.more = true;
             if page.jobs.len() == limit {
                 break;

@@ -294,7 +294,12 @@ impl State {
     /// Job `id` as stored, and whether it is leased.
     pub fn job(&self, id: u128) -> Option<(JobRecord, bool)> {
         let entry = self.jobs.get(&id)?;
-        Some((entry.record(id, self.queue_key(entry)), entry.leased))
+        Some((self.record(id, entry), entry.leased))
+    }
+
+    /// The record of job `id`, whose entry is `entry`.
+    pub fn record(&self, id: u128, entry: &JobEntry) -> JobRecord {
+        entry.record(id, self.queue_key(entry))
     }
 
     /// A number for a new queue: a freed one, or the next.
