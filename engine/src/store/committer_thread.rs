@@ -1,6 +1,9 @@
 //! The one writer thread of an embedded store: takes the writes waiting at the moment (up to a
 //! group) and hands them to `commit` together, so they share one sync to disk.
 //!
+//! `commit` may ask to be called again by a time even if no write comes (with an empty group):
+//! the log store syncs then what it wrote without a sync (`log::committer`).
+//!
 //! Dropping the handle (with the last store clone) closes the queue and joins the thread, so
 //! the store's files are closed when it is gone and can be reopened at once.
 
@@ -29,23 +32,25 @@ pub struct CommitterThread<W> {
 
 impl<W: Send + 'static> CommitterThread<W> {
     /// Starts thread `name`, which calls `commit` with each group until the handle is dropped.
+    /// What `commit` returns is when to call it again, with no writes if none came by then.
     pub fn start(
         name: &'static str,
-        mut commit: impl FnMut(Vec<W>) + Send + 'static,
+        mut commit: impl FnMut(Vec<W>) -> Option<Instant> + Send + 'static,
     ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel::<Queued<W>>();
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 let mut riders = Riders::default();
-                while let Some(mut group) = riders.next(&rx) {
+                let mut wake = None;
+                while let Some(mut group) = riders.next(&rx, wake) {
                     while group.len() < GROUP {
                         match rx.try_recv() {
                             Ok(Queued::Now(work) | Queued::Riding(work)) => group.push(work),
                             Err(_) => break,
                         }
                     }
-                    commit(group);
+                    wake = commit(group);
                 }
             })
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
@@ -98,10 +103,15 @@ impl<W> Default for Riders<W> {
 impl<W> Riders<W> {
     /// The start of the next group, in the order the writes came: the riders waiting and the
     /// next write that may not wait, or the riders alone once they waited long enough (or the
-    /// queue closed). `None` once the queue is closed and nothing waits.
-    fn next(&mut self, rx: &mpsc::Receiver<Queued<W>>) -> Option<Vec<W>> {
+    /// queue closed), or whatever waits (perhaps nothing) at `wake`. `None` once the queue is
+    /// closed and nothing waits.
+    fn next(&mut self, rx: &mpsc::Receiver<Queued<W>>, wake: Option<Instant>) -> Option<Vec<W>> {
         loop {
-            let received = match self.until {
+            let until = match (self.until, wake) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let received = match until {
                 None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
                 Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
             };
@@ -150,6 +160,7 @@ mod tests {
         let kept = seen.clone();
         let committer = CommitterThread::start("test-commit", move |group| {
             kept.lock().expect("lock").push(group);
+            None
         })
         .expect("start");
         submit(&committer);
@@ -180,6 +191,27 @@ mod tests {
         });
         assert_eq!(got, vec![vec![7]]);
         assert!(started.elapsed() >= RIDE_AT_MOST);
+    }
+
+    #[test]
+    fn r_di_1_a_commit_that_asks_to_come_back_is_called_with_no_writes_by_then() {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        let committer = CommitterThread::start("test-commit", move |group: Vec<u32>| {
+            let mut seen = kept.lock().expect("lock");
+            seen.push(group);
+            // After the write, once: come back in 5 ms.
+            (seen.len() == 1).then(|| Instant::now() + Duration::from_millis(5))
+        })
+        .expect("start");
+        committer.submit(1).expect("submit");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while seen.lock().expect("lock").len() < 2 && Instant::now() < deadline {
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+        drop(committer);
+        let groups = seen.lock().expect("lock").clone();
+        assert_eq!(groups, vec![vec![1], vec![]]);
     }
 
     #[test]

@@ -101,6 +101,7 @@ pub(super) fn start(
                 }
             }
         }
+        None
     })
 }
 

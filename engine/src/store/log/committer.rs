@@ -6,6 +6,15 @@
 //! lasts). A failed append (a full disk) leaves nothing behind: the segment is cut back and the
 //! indexes are rebuilt from the segments, then every writer of the group hears the error and
 //! retries.
+//!
+//! A group of delivery steps alone (`Durability::Written`: leases and outcomes) is appended
+//! without the `fdatasync`: what it records survives the process (a kill -9 included), and what
+//! the machine's crash could take back is only an attempt made again, which at-least-once
+//! allows (R-DI-1 is about jobs, written with their events, always synced). It is synced by the
+//! next group that syncs, by a segment roll, on close, or at most [`UNSYNCED_AT_MOST`] after
+//! (issue 17: a sync is 90–120 µs of CPU on this machine kind, and a lane's steps took one of
+//! their own whenever no ingest write was there to share it). A group that starts a segment or
+//! lets one go always syncs, so nothing carried forward is lost with what it replaced.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,11 +27,29 @@ use super::writes::Tx;
 use crate::store::timings::PhaseTimings;
 use crate::store::StoreError;
 
+/// Longest a frame appended without a sync waits for one.
+pub(super) const UNSYNCED_AT_MOST: Duration = Duration::from_millis(200);
+
 /// Hears a write's fate once its group's frame landed, or why it did not.
 pub(super) type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
-/// A write: makes its changes in the group and says how to answer it, and whether it failed
-/// in a way that must abort the group (a read of the log failed under it).
-pub(super) type Op = Box<dyn FnOnce(&mut Tx<'_>) -> (Reply, Option<String>) + Send>;
+/// Makes a write's changes in the group and says how to answer it, and whether it failed in a
+/// way that must abort the group (a read of the log failed under it).
+pub(super) type Change = Box<dyn FnOnce(&mut Tx<'_>) -> (Reply, Option<String>) + Send>;
+
+/// When a write is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Durability {
+    /// Once its frame is synced.
+    Synced,
+    /// Once its frame is in the file, before the sync (delivery steps: see the module).
+    Written,
+}
+
+/// A write for the commit thread.
+pub(super) struct Op {
+    pub change: Change,
+    pub durability: Durability,
+}
 
 /// The indexes and the files, locked together.
 #[derive(Debug)]
@@ -69,6 +96,9 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
     Committer::start("log-commit", move |group| {
         let started = Instant::now();
         let writes = group.len();
+        if group.is_empty() {
+            return sync_overdue(&shared);
+        }
         let (replies, failure, spent) = commit_group(&shared, group);
         shared.timings.record(0, started);
         let took = started.elapsed();
@@ -96,7 +126,25 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
                 tracing::info!(took = ?preparing.elapsed(), "slow log segment preparation");
             }
         }
+        let log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.segments.unsynced_since().map(|t| t + UNSYNCED_AT_MOST)
     })
+}
+
+/// Syncs what waited for a sync too long; when to come back if that failed.
+fn sync_overdue(shared: &Shared) -> Option<Instant> {
+    let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
+    let since = log.segments.unsynced_since()?;
+    if since.elapsed() < UNSYNCED_AT_MOST {
+        return Some(since + UNSYNCED_AT_MOST);
+    }
+    match log.segments.sync() {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not sync the log's delivery steps; trying again");
+            Some(Instant::now() + UNSYNCED_AT_MOST)
+        }
+    }
 }
 
 /// Where a group's time went, for the slow-group log.
@@ -128,6 +176,12 @@ fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>,
     // Every segment starts with the snapshot, even one whose first frame failed before.
     let fresh_segment = log.segments.active_len() == 0;
     let mut frame = Frame::new(log.segments.active(), log.segments.active_len());
+    let mut sync = fresh_segment
+        || group.iter().any(|op| op.durability == Durability::Synced)
+        || log
+            .segments
+            .unsynced_since()
+            .is_some_and(|t| t.elapsed() >= UNSYNCED_AT_MOST);
     {
         let mut tx = Tx {
             state: &mut log.state,
@@ -139,18 +193,26 @@ fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>,
             retention::snapshot(&mut tx);
         }
         for op in group {
-            let (reply, failed) = op(&mut tx);
+            let (reply, failed) = (op.change)(&mut tx);
             replies.push(reply);
             failure = failure.or(failed);
         }
         log.spent = tx.spent;
     }
+    // Segments let go once this frame landed: what it carried forward must last first.
+    sync |= !log.spent.is_empty();
     spent.changes = lap(&mut phase);
     if failure.is_none() && !frame.is_empty() {
         let sealed = frame.seal();
         spent.bytes = sealed.len();
-        failure = log.segments.append(sealed).err().map(|e| e.to_string());
+        failure = log
+            .segments
+            .append(sealed, sync)
+            .err()
+            .map(|e| e.to_string());
         spent.append = lap(&mut phase);
+    } else if failure.is_none() && sync {
+        failure = log.segments.sync().err().map(|e| e.to_string());
     }
     match &failure {
         None => remove_spent(log),

@@ -25,6 +25,8 @@ mod segments;
 mod seq_index;
 mod state;
 #[cfg(test)]
+mod sync_tests;
+#[cfg(test)]
 mod tests;
 mod writes;
 
@@ -36,7 +38,7 @@ use async_trait::async_trait;
 use hub_core::ownership::EngineOwnership;
 use uuid::Uuid;
 
-use self::committer::{Committer, Log, Op, Reply, Shared};
+use self::committer::{Committer, Durability, Log, Op, Reply, Shared};
 use self::record::{Loc, Record};
 use self::segments::Segments;
 use self::writes::Tx;
@@ -115,18 +117,20 @@ impl LogStore {
         &self,
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.queue(false, write).await
+        self.queue(false, Durability::Synced, write).await
     }
 
     /// `write`, in the next group (`riding`: in the next group another write starts, or in one
-    /// of its own after `RIDE_AT_MOST`, `CommitterThread::submit_riding`), answered once durable.
+    /// of its own after `RIDE_AT_MOST`, `CommitterThread::submit_riding`), answered once its
+    /// frame is as durable as `durability` says.
     async fn queue<T: Send + 'static>(
         &self,
         riding: bool,
+        durability: Durability,
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let op: Op = Box::new(move |tx| {
+        let change: committer::Change = Box::new(move |tx| {
             let result = write(tx);
             let aborts = match &result {
                 Err(e @ (StoreError::Unavailable(_) | StoreError::Corrupt(_))) => {
@@ -142,6 +146,7 @@ impl LogStore {
             });
             (reply, aborts)
         });
+        let op = Op { change, durability };
         match riding {
             true => self.committer.submit_riding(op)?,
             false => self.committer.submit(op)?,
@@ -332,11 +337,14 @@ impl Jobs for LogStore {
     }
 
     /// A step of outcomes alone rides the next group (nobody waits on it to start work); a step
-    /// with leases goes at once.
+    /// with leases goes at once. Either is answered once written, before a sync
+    /// (`Durability::Written`).
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
         let riding = step.start.is_empty();
         let (out, unread) = self
-            .queue(riding, move |tx| delivery::step(tx, &step))
+            .queue(riding, Durability::Written, move |tx| {
+                delivery::step(tx, &step)
+            })
             .await?;
         delivery::read_started(out, unread)
     }

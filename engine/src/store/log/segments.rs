@@ -1,7 +1,9 @@
 //! The log's files: numbered segments in one directory, appended at the newest one's end and
 //! dropped whole from the oldest.
 //!
-//! Each append is one frame written at the end and one `fdatasync`. Readers read records with
+//! Each append is one frame written at the end and, unless its writes may wait for it, one
+//! `fdatasync`; a frame appended without one is synced by the next that has one, by a roll, or
+//! when the log closes (`unsynced_since`, `log::committer`). Readers read records with
 //! positioned reads (`pread`) through a shared handle, so a segment dropped while a read is
 //! under way stays readable until that read ends.
 //!
@@ -19,6 +21,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::record::{frames, Loc, Record};
 use crate::store::unavailable;
@@ -39,6 +42,8 @@ pub(super) struct Segments {
     active_len: u64,
     /// How much of the active segment the file holds, synced: zeros past `active_len`.
     prepared: u64,
+    /// When the first frame of the active segment not yet synced was appended.
+    unsynced_since: Option<Instant>,
     /// Held (an advisory lock on `LOCK`) while the log is open: one process writes a log.
     _lock: File,
 }
@@ -77,6 +82,7 @@ impl Segments {
             active: 0,
             active_len: 0,
             prepared: 0,
+            unsynced_since: None,
             _lock: lock,
         };
         match segments.files.keys().next_back().copied() {
@@ -120,9 +126,11 @@ impl Segments {
         self.files.keys().copied().collect()
     }
 
-    /// Starts a new segment; appends go there from now on. The old one's prepared zeros go
-    /// (replay would drop them anyway).
+    /// Starts a new segment; appends go there from now on, once the old one is synced (a frame
+    /// of a later segment never lasts where an earlier one did not). The old one's prepared
+    /// zeros go (replay would drop them anyway).
     pub fn roll(&mut self) -> Result<(), StoreError> {
+        self.sync()?;
         let (old, frames_end) = (self.files[&self.active].clone(), self.active_len);
         self.create(self.active + 1)?;
         if let Err(e) = old.set_len(frames_end) {
@@ -131,23 +139,32 @@ impl Segments {
         Ok(())
     }
 
-    /// Appends a frame to the active segment and syncs it. On failure the segment is cut back
-    /// to where it was, so a torn frame never sits before later ones.
+    /// Appends a frame to the active segment and, when `sync`, syncs it with every frame before
+    /// it. On failure the segment is cut back to where it was, so a torn frame never sits before
+    /// later ones.
     ///
     /// A frame longer than the room prepared is written past it as it is: preparing first would
     /// write and sync zeros the frame then overwrites (two syncs on the write's path; a
     /// 1,000-event batch took twice as long), while one sync that also moves the file's end
     /// costs only its journal commit. The commit thread prepares past it after the answers
     /// (`preparation`).
-    pub fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+    pub fn append(&mut self, frame: &[u8], sync: bool) -> Result<(), StoreError> {
         let file = self.files[&self.active].clone();
         let end = self.active_len + frame.len() as u64;
-        let written = file
-            .write_all_at(frame, self.active_len)
-            .and_then(|()| file.sync_data());
+        let written = file.write_all_at(frame, self.active_len).and_then(|()| {
+            if sync {
+                file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
         match written {
             Ok(()) => {
                 self.active_len = end;
+                self.unsynced_since = match sync {
+                    true => None,
+                    false => self.unsynced_since.or_else(|| Some(Instant::now())),
+                };
                 // An append past the prepared room moved the file's end itself; the next
                 // preparation starts there, never over this frame.
                 self.prepared = self.prepared.max(end);
@@ -161,6 +178,20 @@ impl Segments {
                 Err(unavailable(e))
             }
         }
+    }
+
+    /// When the oldest frame appended without a sync was appended, if one waits for a sync.
+    pub fn unsynced_since(&self) -> Option<Instant> {
+        self.unsynced_since
+    }
+
+    /// Syncs the frames appended without a sync, if any.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        if self.unsynced_since.is_some() {
+            self.files[&self.active].sync_data().map_err(unavailable)?;
+            self.unsynced_since = None;
+        }
+        Ok(())
     }
 
     /// The next stretch of the active segment to prepare, when less than half a stretch is
@@ -246,6 +277,15 @@ impl Segments {
             }
         }
         Ok(())
+    }
+}
+
+/// A log closed in order loses nothing it wrote, synced or not.
+impl Drop for Segments {
+    fn drop(&mut self) {
+        if let Err(e) = self.sync() {
+            tracing::warn!(error = %e, "could not sync the log's last frames on close");
+        }
     }
 }
 
