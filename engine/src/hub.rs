@@ -309,6 +309,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             tracing::error!("an engine thread panicked");
         }
     }
+    delivery.write_last_marks(&tokio, grace / 4);
     // Open connections end within the grace too: a gRPC stream that follows the log never ends
     // by itself, and its reader resumes from its cursor on the next start.
     match tokio.block_on(async { tokio::time::timeout(grace, server).await }) {

@@ -36,6 +36,8 @@ pub struct Delivery {
     shards: usize,
     control: Arc<Control>,
     marks: super::marks::MarkWriter,
+    /// The task writing what `marks` gathers; it ends once every lane's writer is gone.
+    marks_written: tokio::task::JoinHandle<()>,
     lane: LaneConfig,
     stop: Arc<AtomicBool>,
     /// The gate lanes report their lag to and ingest reads.
@@ -96,7 +98,7 @@ impl Delivery {
         }
         tokio.spawn(auto_probe(subs.clone(), control.clone(), stop.clone()));
         let (marks, writing_marks) = super::marks::MarkWriter::new(control.store.clone());
-        tokio.spawn(writing_marks);
+        let marks_written = tokio.spawn(writing_marks);
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::bounded(1))
             .unzip();
@@ -129,11 +131,27 @@ impl Delivery {
             shards,
             control: control.clone(),
             marks,
+            marks_written,
             lane,
             stop,
             backpressure,
             ownership,
         })
+    }
+
+    /// Writes the delivery timestamps still gathered (R-CP-2) once the lanes are gone, waiting
+    /// at most `within`: a graceful stop keeps the last second's marks.
+    pub fn write_last_marks(self, tokio: &tokio::runtime::Runtime, within: Duration) {
+        let Self {
+            marks,
+            marks_written,
+            ..
+        } = self;
+        drop(marks);
+        let written = tokio.block_on(async { tokio::time::timeout(within, marks_written).await });
+        if written.is_err() {
+            tracing::info!("stop: delivery timestamps not written within the grace were dropped");
+        }
     }
 
     /// Starts the survey of stray lanes when lanes are partitions (`ownership`).

@@ -362,7 +362,7 @@ pub(crate) async fn progresses_to(
     }
 }
 
-fn ids_on(receiver: &Receiver, path: &str) -> HashSet<String> {
+pub(crate) fn ids_on(receiver: &Receiver, path: &str) -> HashSet<String> {
     receiver
         .received()
         .iter()

@@ -14,6 +14,7 @@ mod ingest_http;
 mod ingest_kafka;
 mod keys;
 mod logs;
+mod marks;
 mod ownership_view;
 mod partition_feed;
 mod partners;
