@@ -7,7 +7,7 @@
 //! here whole. Each job, dead letter and lasting dedup mark remembers the segment of its last
 //! record, so dropping a segment knows what to carry forward.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -16,6 +16,13 @@ pub(super) use super::job_entry::JobEntry;
 use super::record::{Change, Loc};
 use super::seq_index::SeqIndex;
 use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
+
+/// The indexes' hash maps hash with foldhash, not the standard SipHash: they are looked up for
+/// every event and every job step, and SipHash was about 2 % of the hub's CPU in a
+/// deliver-backlog profile (issue 17). Its seed is still random per process.
+pub(super) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// A hash set of the indexes (see [`Map`]).
+pub(super) type Set<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// An event in the inbox index.
 #[derive(Debug, Clone, Copy)]
@@ -69,19 +76,19 @@ pub(super) fn job_of(key: &DueKey) -> u128 {
 #[derive(Debug, Default)]
 pub(super) struct State {
     /// `(topic, partition)` → `(generation, next offset or -1)`.
-    pub units: HashMap<(String, i32), (u64, i64)>,
+    pub units: Map<(String, i32), (u64, i64)>,
     /// A tenant's last `seq`.
-    pub heads: HashMap<String, u64>,
+    pub heads: Map<String, u64>,
     /// A tenant's events by `seq`.
-    pub events: HashMap<String, SeqIndex>,
+    pub events: Map<String, SeqIndex>,
     /// A tenant's dedup marks: the ce-ids it has (R-IN-6).
-    pub dedup: HashMap<String, HashSet<Uuid>>,
+    pub dedup: Map<String, Set<Uuid>>,
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → segment of the record.
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → the event's `seq` and
     /// the segment of the mark's record.
     pub lasting_marks: BTreeMap<(i64, String, u128), (u64, u32)>,
     /// Boxed: a map of a million grows by doubling, and empty slots then cost a pointer each.
-    pub jobs: HashMap<u128, Box<JobEntry>>,
+    pub jobs: Map<u128, Box<JobEntry>>,
     /// Queue names by number (a job names its queue by number); a number is freed with its
     /// queue's last job.
     queue_keys: Vec<QueueKey>,
@@ -91,18 +98,18 @@ pub(super) struct State {
     pub queues: BTreeMap<QueueKey, Queue>,
     /// `(tenant, subscription, job)` → the letter and the segment of its record.
     pub dead: BTreeMap<(String, u128, u128), (DeadLetter, u32)>,
-    pub stats: HashMap<(String, Uuid), DeliveryStats>,
-    pub pulls: HashMap<(String, Uuid), u64>,
+    pub stats: Map<(String, Uuid), DeliveryStats>,
+    pub pulls: Map<(String, Uuid), u64>,
     pub quarantine: BTreeMap<u64, Forensic>,
-    pub quarantine_seen: HashMap<(String, i32, i64), u64>,
+    pub quarantine_seen: Map<(String, i32, i64), u64>,
     pub next_quarantine: u64,
     pub dlq: BTreeMap<u64, Forensic>,
-    pub dlq_seen: HashMap<(String, i32, i64), u64>,
+    pub dlq_seen: Map<(String, i32, i64), u64>,
     pub next_dlq: u64,
     /// Events still indexed, per segment: a segment with none may go.
     pub live_events: BTreeMap<u32, u64>,
     /// One shared name per tenant for the due index and queues.
-    tenant_names: HashMap<String, Arc<str>>,
+    tenant_names: Map<String, Arc<str>>,
 }
 
 impl State {
@@ -157,7 +164,7 @@ impl State {
             }
             None => {
                 self.dedup
-                    .insert(tenant.to_owned(), HashSet::from([entry.id]));
+                    .insert(tenant.to_owned(), Set::from_iter([entry.id]));
             }
         }
         self.raise_head(tenant, seq);
@@ -417,7 +424,7 @@ impl State {
 /// Drops forensic rows numbered up to `through` with their positions.
 fn expire_forensics(
     rows: &mut BTreeMap<u64, Forensic>,
-    seen: &mut HashMap<(String, i32, i64), u64>,
+    seen: &mut Map<(String, i32, i64), u64>,
     through: u64,
 ) {
     let young = rows.split_off(&through.saturating_add(1));
