@@ -509,8 +509,8 @@ pub(crate) struct Setup<R = Receiver> {
     pub engine: Engine,
     pub tenant: String,
     pub api: Tenant,
-    /// The consumer group, port and store the engine runs with, to start it again.
-    pub again: (String, u16, Backend),
+    /// What the engine runs with, to start it again.
+    pub again: Restart,
     /// Last: its keyspace is dropped after the engine.
     pub env: EngineEnv,
 }
@@ -534,6 +534,13 @@ impl Setup<Counter> {
     pub(crate) async fn counting(name: &str, backend: Backend, extra: &[(&str, &str)]) -> Self {
         Setup::around(Counter::start().await, name, backend, extra).await
     }
+}
+
+/// The consumer group, port and store an engine of a [`Setup`] runs with, to start it again.
+pub(crate) struct Restart {
+    pub group: String,
+    pub port: u16,
+    pub backend: Backend,
 }
 
 /// How a test ends its engine.
@@ -560,7 +567,11 @@ impl<R> Setup<R> {
             engine,
             tenant,
             api,
-            again: (group, port, backend),
+            again: Restart {
+                group,
+                port,
+                backend,
+            },
             env,
         }
     }
@@ -575,7 +586,11 @@ impl<R> Setup<R> {
 
     /// Starts the engine again, ended first, on the same directory, group, port and settings.
     pub(crate) async fn start_again(&mut self) {
-        let (group, port, backend) = &self.again;
+        let Restart {
+            group,
+            port,
+            backend,
+        } = &self.again;
         let engine = start_engine(self.dir.path(), group, *port, *backend, &self.env);
         engine.wait_ready().await;
         self.engine = engine;
