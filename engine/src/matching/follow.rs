@@ -49,10 +49,11 @@ struct Recent {
 }
 
 impl Recent {
-    fn due(&self, catch_up: u64) -> bool {
+    /// Whether catch-up number `catch_up`, at `now`, reads it again.
+    fn due(&self, catch_up: u64, now: std::time::Instant) -> bool {
         match self.read_again {
             0 => catch_up > self.catch_up,
-            1 => self.first_read.elapsed() >= RECHECK,
+            1 => now.duration_since(self.first_read) >= RECHECK,
             _ => false,
         }
     }
@@ -211,8 +212,8 @@ impl Subscriptions {
     ) -> Result<Vec<String>, ControlStoreError> {
         let due: BTreeSet<(String, Uuid)> = match self.recent.lock() {
             Ok(mut recent) => {
-                let mut due = BTreeSet::new();
-                for r in recent.iter_mut().filter(|r| r.due(catch_up)) {
+                let (mut due, now) = (BTreeSet::new(), std::time::Instant::now());
+                for r in recent.iter_mut().filter(|r| r.due(catch_up, now)) {
                     r.read_again += 1;
                     due.insert((r.tenant.clone(), r.id));
                 }

@@ -99,7 +99,7 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
         if group.is_empty() {
             return sync_overdue(&shared);
         }
-        let (replies, failure, spent) = commit_group(&shared, group);
+        let (replies, failure, spent, wake) = commit_group(&shared, group);
         shared.timings.record(0, started);
         let took = started.elapsed();
         if took >= SLOW_GROUP {
@@ -126,8 +126,7 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
                 tracing::info!(took = ?preparing.elapsed(), "slow log segment preparation");
             }
         }
-        let log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
-        log.segments.unsynced_since().map(|t| t + UNSYNCED_AT_MOST)
+        wake
     })
 }
 
@@ -157,7 +156,12 @@ struct GroupSpent {
     append: Duration,
 }
 
-fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>, GroupSpent) {
+/// Makes `group` one frame and appends it; the answers, the failure, where the time went, and
+/// when to come back to sync what it left unsynced.
+fn commit_group(
+    shared: &Shared,
+    group: Vec<Op>,
+) -> (Vec<Reply>, Option<String>, GroupSpent, Option<Instant>) {
     let mut spent = GroupSpent::default();
     let mut phase = Instant::now();
     let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
@@ -224,7 +228,8 @@ fn commit_group(shared: &Shared, group: Vec<Op>) -> (Vec<Reply>, Option<String>,
             }
         }
     }
-    (replies, failure, spent)
+    let wake = log.segments.unsynced_since().map(|t| t + UNSYNCED_AT_MOST);
+    (replies, failure, spent, wake)
 }
 
 /// The time since `phase`, which moves to now.

@@ -9,21 +9,8 @@ use uuid::Uuid;
 use super::LogStore;
 use crate::ingest::jobs::leased_written;
 use crate::store::conformance::event;
-use crate::store::conformance_jobs::{due, step};
-use crate::store::{
-    AttemptRecord, Fence, Ingest, IngestBatch, Jobs, Matches, Settled, Settlement, UnitId,
-};
-
-fn delivered(at_ms: i64) -> Settled {
-    Settled::Delivered(AttemptRecord {
-        at_ms,
-        success: true,
-        error_class: None,
-        status_code: Some(200),
-        detail: String::new(),
-        duration_ms: 1,
-    })
-}
+use crate::store::conformance_jobs::{attempt, due, step};
+use crate::store::{Fence, Ingest, IngestBatch, Jobs, Matches, Settled, Settlement, UnitId};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_8_a_job_leased_by_its_ingest_batch_counts_its_start_once_and_a_crash_releases_it() {
@@ -60,7 +47,7 @@ async fn r_di_8_a_job_leased_by_its_ingest_batch_counts_its_start_once_and_a_cra
         let settle = vec![
             Settlement {
                 job: ids.0,
-                settled: delivered(now),
+                settled: Settled::Delivered(attempt(true, now)),
             },
             // Not attempted (an open breaker): due again, its start given back.
             Settlement {

@@ -209,11 +209,15 @@ impl Segments {
         })
     }
 
-    /// Records how `preparation` went. Without room (a full disk) the segment is cut back to
-    /// its frames and appends go on unprepared, as they would have without this.
+    /// Records how `preparation` went. Its sync was the active segment's, so the frames written
+    /// without one are synced too. Without room (a full disk) the segment is cut back to its
+    /// frames and appends go on unprepared, as they would have without this.
     pub fn prepared(&mut self, preparation: &Preparation, written: std::io::Result<()>) {
         match written {
-            Ok(()) => self.prepared = self.prepared.max(preparation.to),
+            Ok(()) => {
+                self.prepared = self.prepared.max(preparation.to);
+                self.unsynced_since = None;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "could not prepare the log segment ahead");
                 if let Err(cut) = preparation.file.set_len(self.active_len) {

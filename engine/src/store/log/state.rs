@@ -83,7 +83,6 @@ pub(super) struct State {
     pub events: Map<String, SeqIndex>,
     /// A tenant's dedup marks: the ce-ids it has (R-IN-6).
     pub dedup: Map<String, Set<Uuid>>,
-    /// Dedup marks that outlive their events: `(ends at, tenant, id)` → segment of the record.
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → the event's `seq` and
     /// the segment of the mark's record.
     pub lasting_marks: BTreeMap<(i64, String, u128), (u64, u32)>,

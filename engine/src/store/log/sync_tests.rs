@@ -10,19 +10,8 @@ use uuid::Uuid;
 use super::committer::UNSYNCED_AT_MOST;
 use super::LogStore;
 use crate::store::conformance::event;
-use crate::store::conformance_jobs::{due, step, write_with_jobs};
-use crate::store::{AttemptRecord, Jobs, Settled, Settlement, UnitId};
-
-fn delivered(at_ms: i64) -> Settled {
-    Settled::Delivered(AttemptRecord {
-        at_ms,
-        success: true,
-        error_class: None,
-        status_code: Some(200),
-        detail: String::new(),
-        duration_ms: 1,
-    })
-}
+use crate::store::conformance_jobs::{attempt, due, step, write_with_jobs};
+use crate::store::{Jobs, Settled, Settlement, UnitId};
 
 impl LogStore {
     /// Since when frames have waited for a sync, and where the synced ones end.
@@ -45,7 +34,7 @@ async fn settle(store: &LogStore, job: u128) {
     let now = crate::clock::now_ms();
     let settle = vec![Settlement {
         job,
-        settled: delivered(now),
+        settled: Settled::Delivered(attempt(true, now)),
     }];
     store
         .delivery_step(step(settle, vec![], now))
