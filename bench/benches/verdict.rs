@@ -2,7 +2,9 @@
 //! per core, i.e. under 500 ns per record.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hub_engine::verdict::{judge, Verdict, VerdictLimits};
+use hub_engine::ingest::{judge_into, RecordHeaders, RecordIn};
+use hub_engine::store::IngestBatch;
+use hub_engine::verdict::{judge, Verdict, VerdictCounters, VerdictLimits};
 
 fn producer_headers() -> Vec<(&'static str, Vec<u8>)> {
     vec![
@@ -62,5 +64,38 @@ fn verdict(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, verdict);
+/// What ingest does per record beyond the verdict: copy it out of the Kafka client (its headers
+/// into one buffer, its value) and judge it into a batch, the value moving into the event.
+fn record_into_batch(c: &mut Criterion) {
+    let limits = VerdictLimits::default();
+    let counters = VerdictCounters::default();
+    let headers = producer_headers();
+    let value = vec![b'x'; 512];
+    let topic: std::sync::Arc<str> = "lerian.streaming.lender".into();
+    let mut group = c.benchmark_group("ingest_record");
+    group.throughput(Throughput::Elements(100));
+    group.bench_function("copy_and_judge_100_into_a_batch", |b| {
+        b.iter(|| {
+            let mut batch = IngestBatch::default();
+            for offset in 0..100 {
+                let record = RecordIn {
+                    topic: topic.clone(),
+                    partition: 0,
+                    offset,
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| (k, Some(v)))
+                        .collect::<RecordHeaders>(),
+                    value: value.clone(),
+                };
+                judge_into(&mut batch, record, "lender", &limits, &counters, 0);
+            }
+            assert_eq!(batch.events.len(), 100);
+            batch
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, verdict, record_into_batch);
 criterion_main!(benches);

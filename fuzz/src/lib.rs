@@ -32,14 +32,14 @@ pub fn record_of(data: &[u8]) -> (String, RecordIn) {
                 let value = value.strip_prefix(b" ").unwrap_or(value);
                 (
                     String::from_utf8_lossy(&line[..at]).into_owned(),
-                    Some(value.to_vec()),
+                    Some(value),
                 )
             }
             None => (String::from_utf8_lossy(line).into_owned(), None),
         })
         .collect();
     let record = RecordIn {
-        topic: format!("lerian.streaming.{source}"),
+        topic: format!("lerian.streaming.{source}").into(),
         partition: 0,
         offset: 7,
         headers,
@@ -59,11 +59,12 @@ pub fn verdict(data: &[u8]) {
     for limits in [VerdictLimits::default(), tight] {
         let mut batch = IngestBatch::default();
         let counters = VerdictCounters::default();
-        match judge_into(&mut batch, &record, &source, &limits, &counters, 0) {
+        match judge_into(&mut batch, record.clone(), &source, &limits, &counters, 0) {
             Judged::Accepted { tenant, id } => {
                 assert_eq!(batch.events.len(), 1);
                 let event = &batch.events[0];
                 assert_eq!((&event.tenant, event.id), (&tenant, id));
+                assert_eq!(event.payload, record.value);
                 assert!(record.value.len() <= limits.max_value_bytes);
             }
             Judged::Dropped => assert!(batch.events.is_empty() && batch.quarantined.is_empty()),

@@ -44,7 +44,7 @@ fn r_in_3_the_verdict_corpus_reads_records_as_written() {
     let (source, record) = hub_fuzz::record_of(&std::fs::read(dir.join("accepted")).expect("seed"));
     let judged = hub_engine::ingest::judge_into(
         &mut hub_engine::store::IngestBatch::default(),
-        &record,
+        record,
         &source,
         &hub_engine::verdict::VerdictLimits::default(),
         &hub_engine::verdict::VerdictCounters::default(),

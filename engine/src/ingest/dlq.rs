@@ -20,15 +20,15 @@ pub fn observation(r: &RecordIn, now_ms: i64) -> DlqObservation {
         r.headers
             .iter()
             .rev()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .and_then(|(_, v)| v.as_deref())
+            .find(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes()))
+            .and_then(|(_, v)| v)
             .map(|v| String::from_utf8_lossy(&v[..v.len().min(256)]).into_owned())
     };
-    let tenant = CeHeaders::collect(r.headers.iter().map(|(k, v)| (k.as_bytes(), v.as_deref())))
+    let tenant = CeHeaders::collect(r.headers.iter())
         .get(Attr::TenantId)
         .map(|t| String::from_utf8_lossy(&t[..t.len().min(256)]).into_owned());
     DlqObservation {
-        topic: r.topic.clone(),
+        topic: r.topic.to_string(),
         partition: r.partition,
         offset: r.offset,
         source: dlq_topic_source(&r.topic).unwrap_or_default().to_owned(),

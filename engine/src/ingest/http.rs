@@ -112,8 +112,9 @@ async fn judge_and_store(
     headers: &HeaderMap,
     body: Bytes,
 ) -> (StatusCode, Json<serde_json::Value>) {
+    let unit = UnitId::new(format!("http:{source}"), 0);
     let record = RecordIn {
-        topic: format!("http:{source}"),
+        topic: Arc::from(unit.topic.as_str()),
         partition: 0,
         offset: -1,
         // The bearer token is the producer's secret: never part of the record (a quarantined
@@ -121,20 +122,19 @@ async fn judge_and_store(
         headers: headers
             .iter()
             .filter(|(k, _)| *k != axum::http::header::AUTHORIZATION)
-            .map(|(k, v)| (k.as_str().to_owned(), Some(v.as_bytes().to_vec())))
+            .map(|(k, v)| (k.as_str(), Some(v.as_bytes())))
             .collect(),
         value: body.to_vec(),
     };
     let mut batch = IngestBatch::default();
     let judged = judge_into(
         &mut batch,
-        &record,
+        record,
         source,
         &state.limits,
         &state.counters,
         crate::clock::now_ms(),
     );
-    let unit = UnitId::new(record.topic.clone(), 0);
     if let Some(r) = &state.routing {
         r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition));
     }

@@ -10,6 +10,7 @@ pub mod kafka;
 pub mod kafka_security;
 pub mod kafka_topics;
 pub mod partition_feed;
+mod record;
 pub mod router;
 pub mod shard;
 
@@ -19,24 +20,7 @@ use crate::store::{
 };
 use crate::verdict::{judge, Attr, CeHeaders, Verdict, VerdictCounters, VerdictLimits};
 
-/// A record copied out of the Kafka client (or built from an HTTP request).
-#[derive(Debug, Clone)]
-pub struct RecordIn {
-    pub topic: String,
-    pub partition: i32,
-    /// -1 for HTTP ingest.
-    pub offset: i64,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
-    pub value: Vec<u8>,
-}
-
-impl RecordIn {
-    fn header_iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-        self.headers
-            .iter()
-            .map(|(k, v)| (k.as_bytes(), v.as_deref()))
-    }
-}
+pub use record::{RecordHeaders, RecordIn};
 
 /// What became of one record, for callers that answer per record (HTTP).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,10 +37,11 @@ pub enum Judged {
     },
 }
 
-/// Judges `record`, counts the verdict, and adds what must be stored to `batch`.
+/// Judges `record`, counts the verdict, and adds what must be stored to `batch` (an accepted
+/// event takes the record's value).
 pub fn judge_into(
     batch: &mut IngestBatch,
-    record: &RecordIn,
+    record: RecordIn,
     topic_source: &str,
     limits: &VerdictLimits,
     counters: &VerdictCounters,
@@ -64,7 +49,7 @@ pub fn judge_into(
 ) -> Judged {
     let verdict = judge(
         topic_source,
-        record.header_iter(),
+        record.headers.iter(),
         record.value.len(),
         limits,
     );
@@ -75,18 +60,16 @@ pub fn judge_into(
                 tenant: ev.tenant.to_owned(),
                 id: ev.id,
             };
-            batch.events.push(InboxEvent::from_verdict(
-                &ev,
-                &record.value,
-                now_ms,
-                record.offset,
-            ));
+            let offset = record.offset;
+            batch
+                .events
+                .push(InboxEvent::from_verdict(&ev, record.value, now_ms, offset));
             judged
         }
         Verdict::Drop(_) => Judged::Dropped,
         Verdict::Quarantine(reason) => {
             batch.quarantined.push(quarantine_record(
-                record,
+                &record,
                 reason.code(),
                 reason.describe(),
                 now_ms,
@@ -106,12 +89,12 @@ pub fn quarantine_record(
     detail: String,
     now_ms: i64,
 ) -> QuarantineRecord {
-    let tenant = CeHeaders::collect(record.header_iter())
+    let tenant = CeHeaders::collect(record.headers.iter())
         .get(Attr::TenantId)
         .and_then(|t| std::str::from_utf8(&t[..t.len().min(HEADER_VALUE_PREFIX)]).ok())
         .map(str::to_owned);
     QuarantineRecord {
-        topic: record.topic.clone(),
+        topic: record.topic.to_string(),
         partition: record.partition,
         offset: record.offset,
         reason: reason.to_owned(),
@@ -134,16 +117,18 @@ const SECRET_HEADERS: [&str; 4] = [
 
 /// Headers as kept for forensics: at most 64 of them, each value cut to a prefix, credentials
 /// left out.
-pub fn bounded_headers(headers: &[(String, Option<Vec<u8>>)]) -> Vec<RawHeader> {
+pub fn bounded_headers(headers: &RecordHeaders) -> Vec<RawHeader> {
     headers
         .iter()
-        .filter(|(k, _)| !SECRET_HEADERS.iter().any(|s| k.eq_ignore_ascii_case(s)))
+        .filter(|(k, _)| {
+            !SECRET_HEADERS
+                .iter()
+                .any(|s| k.eq_ignore_ascii_case(s.as_bytes()))
+        })
         .take(64)
         .map(|(k, v)| RawHeader {
-            key: k.chars().take(256).collect(),
-            value: v
-                .as_ref()
-                .map(|v| v[..v.len().min(HEADER_VALUE_PREFIX)].to_vec()),
+            key: String::from_utf8_lossy(k).chars().take(256).collect(),
+            value: v.map(|v| v[..v.len().min(HEADER_VALUE_PREFIX)].to_vec()),
         })
         .collect()
 }

@@ -23,7 +23,7 @@ use futures::future::select;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 
 use super::assignment::Partition;
-use super::kafka::{record_from, HubConsumer, HubContext};
+use super::kafka::{record_of_topic, HubConsumer, HubContext};
 use super::router::shard_for;
 use super::RecordIn;
 
@@ -134,7 +134,8 @@ impl PartitionFeed {
 pub struct ShardQueues {
     changes: async_channel::Receiver<FeedChange>,
     wake: async_channel::Receiver<()>,
-    queues: Vec<(Partition, PartitionQueue<HubContext>)>,
+    /// Each partition, its topic's name shared by its records, and its queue.
+    queues: Vec<(Partition, Arc<str>, PartitionQueue<HubContext>)>,
     /// The queue the next take starts with, so that one partition's backlog does not make the
     /// shard's other partitions wait pass after pass.
     next: usize,
@@ -158,10 +159,10 @@ impl ShardQueues {
         self.follow_changes();
         let n = self.queues.len();
         for i in 0..n {
-            let (partition, queue) = &self.queues[(self.next + i) % n];
+            let (partition, topic, queue) = &self.queues[(self.next + i) % n];
             while pass.len() < max {
                 match queue.poll(Duration::ZERO) {
-                    Some(Ok(m)) => pass.push(record_from(&m)),
+                    Some(Ok(m)) => pass.push(record_of_topic(&m, topic.clone())),
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, topic = partition.0, partition = partition.1, "kafka partition error");
                         break;
@@ -190,10 +191,11 @@ impl ShardQueues {
         while let Ok(change) = self.changes.try_recv() {
             match change {
                 FeedChange::Take(partition, queue) => {
-                    self.queues.retain(|(p, _)| *p != partition);
-                    self.queues.push((partition, queue));
+                    self.queues.retain(|(p, ..)| *p != partition);
+                    let topic = Arc::from(partition.0.as_str());
+                    self.queues.push((partition, topic, queue));
                 }
-                FeedChange::Release(partition) => self.queues.retain(|(p, _)| *p != partition),
+                FeedChange::Release(partition) => self.queues.retain(|(p, ..)| *p != partition),
             }
         }
     }

@@ -138,11 +138,14 @@ impl ShardIngest {
     ) -> (UnitId, Option<Fence>) {
         let now = crate::clock::now_ms();
         let source = topic_source(&unit.topic).unwrap_or("");
-        let mut batch = IngestBatch::default();
-        for r in &recs {
+        let mut batch = IngestBatch {
+            next_offset: recs.iter().map(|r| r.offset + 1).max(),
+            ..IngestBatch::default()
+        };
+        let records = recs.len();
+        for r in recs {
             judge_into(&mut batch, r, source, &self.limits, &self.counters, now);
         }
-        batch.next_offset = recs.iter().map(|r| r.offset + 1).max();
         if let Some(r) = &self.routing {
             r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition));
         }
@@ -160,7 +163,7 @@ impl ShardIngest {
                     tracing::debug!(
                         topic = unit.topic,
                         partition = unit.partition,
-                        records = recs.len(),
+                        records,
                         "partition revoked; leaving its queued records to the new owner"
                     );
                     return (unit, None);
@@ -302,10 +305,10 @@ fn group_by_unit(pass: Vec<RecordIn>) -> Vec<(UnitId, Vec<RecordIn>)> {
     for r in pass {
         match units
             .iter_mut()
-            .find(|(u, _)| u.partition == r.partition && u.topic == r.topic)
+            .find(|(u, _)| u.partition == r.partition && *u.topic == *r.topic)
         {
             Some((_, recs)) => recs.push(r),
-            None => units.push((UnitId::new(r.topic.clone(), r.partition), vec![r])),
+            None => units.push((UnitId::new(&*r.topic, r.partition), vec![r])),
         }
     }
     units

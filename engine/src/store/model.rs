@@ -48,10 +48,10 @@ pub struct InboxEvent {
 }
 
 impl InboxEvent {
-    /// Copies a judged event and its payload out of the record.
+    /// Copies a judged event's attributes out of the record and takes its payload.
     pub fn from_verdict(
         ev: &CloudEvent<'_>,
-        payload: &[u8],
+        payload: Vec<u8>,
         received_at_ms: i64,
         offset: i64,
     ) -> Self {
@@ -70,7 +70,7 @@ impl InboxEvent {
             data_schema: own(ev.data_schema),
             traceparent: own(ev.traceparent),
             tracestate: own(ev.tracestate),
-            payload: payload.to_vec(),
+            payload,
             received_at_ms,
             offset,
         }
