@@ -59,7 +59,13 @@ pub(super) struct Log {
     pub segment_bytes: u64,
     /// Segments spent by the last retention pass, to remove once its frame landed.
     pub spent: Vec<u32>,
+    /// The last group's frame buffer, for the next group (`Frame::in_buffer`).
+    pub frame_buffer: Vec<u8>,
 }
+
+/// The most room a frame buffer keeps between groups: a backlog's groups stay within it, and a
+/// rare huge one (a snapshot) does not pin its memory.
+const FRAME_BUFFER_KEPT: usize = 16 << 20;
 
 impl Log {
     /// Rebuilds the indexes from the segments.
@@ -179,7 +185,11 @@ fn commit_group(
     }
     // Every segment starts with the snapshot, even one whose first frame failed before.
     let fresh_segment = log.segments.active_len() == 0;
-    let mut frame = Frame::new(log.segments.active(), log.segments.active_len());
+    let mut frame = Frame::in_buffer(
+        std::mem::take(&mut log.frame_buffer),
+        log.segments.active(),
+        log.segments.active_len(),
+    );
     let mut sync = fresh_segment
         || group.iter().any(|op| op.durability == Durability::Synced)
         || log
@@ -217,6 +227,10 @@ fn commit_group(
         spent.append = lap(&mut phase);
     } else if failure.is_none() && sync {
         failure = log.segments.sync().err().map(|e| e.to_string());
+    }
+    let buffer = frame.into_buffer();
+    if buffer.capacity() <= FRAME_BUFFER_KEPT {
+        log.frame_buffer = buffer;
     }
     match &failure {
         None => remove_spent(log),

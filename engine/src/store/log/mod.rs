@@ -82,6 +82,7 @@ impl LogStore {
             segments: Segments::open(dir)?,
             segment_bytes,
             spent: Vec::new(),
+            frame_buffer: Vec::new(),
         };
         log.reload()?;
         let released = log.state.release_leases(crate::clock::now_ms());

@@ -161,12 +161,27 @@ pub(super) struct Frame {
 }
 
 impl Frame {
+    #[cfg(test)]
     pub(super) fn new(seg: u32, at: u64) -> Self {
+        Self::in_buffer(Vec::new(), seg, at)
+    }
+
+    /// A frame built in `buffer` (its content dropped, its room kept): the committer hands each
+    /// group the last one's buffer, so that a large group does not grow a fresh one by doubling,
+    /// copying and zeroing new pages each time.
+    pub(super) fn in_buffer(mut buffer: Vec<u8>, seg: u32, at: u64) -> Self {
+        buffer.clear();
+        buffer.resize(FRAME_HEADER, 0);
         Self {
-            bytes: vec![0; FRAME_HEADER],
+            bytes: buffer,
             seg,
             at,
         }
+    }
+
+    /// The frame's buffer, for the next frame.
+    pub(super) fn into_buffer(self) -> Vec<u8> {
+        self.bytes
     }
 
     pub(super) fn is_empty(&self) -> bool {
