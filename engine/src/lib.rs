@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod control_process;
 pub mod delivery;
+pub mod fast_hash;
 pub mod hub;
 pub mod ingest;
 pub mod matching;

@@ -16,7 +16,6 @@ mod outcomes;
 mod paging;
 mod steps;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +38,7 @@ use super::fairness::{weight_of, Due, Scheduler};
 use super::pacing::{LastPage, Pacing, Paging};
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
+use crate::fast_hash::FastMap;
 use crate::ingest::jobs::{FreshLeases, Handoff};
 use crate::matching::follow::Subscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
@@ -183,13 +183,13 @@ impl DeliveryLane {
             // The scheduler caps what a destination holds leased; `LaneState::next_ready` caps
             // what it runs (half the workers, R-DI-3).
             scheduler: Scheduler::new(self.config.workers * self.config.lease_ahead),
-            held: HashMap::new(),
-            in_flight: HashMap::new(),
-            breakers: HashMap::new(),
+            held: FastMap::default(),
+            in_flight: FastMap::default(),
+            breakers: FastMap::default(),
             settle: Vec::new(),
             ready: std::collections::VecDeque::new(),
-            running: HashMap::new(),
-            held_per_destination: HashMap::new(),
+            running: FastMap::default(),
+            held_per_destination: FastMap::default(),
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
             marks: super::marks::Marks::default(),
@@ -426,16 +426,16 @@ impl DeliveryLane {
 /// record.
 struct LaneState {
     scheduler: Scheduler,
-    held: HashMap<u128, JobRecord>,
-    in_flight: HashMap<u128, InFlight>,
-    breakers: HashMap<(String, String), Breaker>,
+    held: FastMap<u128, JobRecord>,
+    in_flight: FastMap<u128, InFlight>,
+    breakers: FastMap<(String, String), Breaker>,
     settle: Vec<Settlement>,
     /// Leased jobs waiting for a free worker, in the scheduler's order.
     ready: std::collections::VecDeque<Started>,
     /// Attempts running per destination.
-    running: HashMap<String, u32>,
+    running: FastMap<String, u32>,
     /// Jobs held (paged, not yet leased) per destination.
-    held_per_destination: HashMap<String, usize>,
+    held_per_destination: FastMap<String, usize>,
     rotation: u64,
     rng: rand::rngs::StdRng,
     /// What this lane last wrote of delivery timestamps (R-CP-2).

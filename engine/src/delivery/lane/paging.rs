@@ -1,6 +1,8 @@
 //! What a lane holds: the lanes it pages (following ownership, renewing holds), pages of due
 //! jobs, jobs ingest hands over, and the scheduler they wait in.
 
+use std::collections::HashSet;
+
 use super::*;
 
 impl DeliveryLane {

@@ -2,6 +2,7 @@
 //! answer (started, poisoned, not held), and undoing a step that failed.
 
 use super::*;
+use crate::fast_hash::FastSet;
 
 impl DeliveryLane {
     /// Takes jobs for free workers and one round ahead; returns the ones to lease (the rest are
@@ -204,7 +205,7 @@ impl DeliveryLane {
         // Every job is answered in the usual step: the set is built only when one is missing.
         let answered = outcome.started.len() + outcome.poisoned.len() + outcome.not_held.len();
         if answered < step.start.len() {
-            let answered: HashSet<u128> = outcome
+            let answered: FastSet<u128> = outcome
                 .started
                 .iter()
                 .map(|s| s.job.id)

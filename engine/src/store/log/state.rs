@@ -17,12 +17,10 @@ use super::record::{Change, Loc};
 use super::seq_index::SeqIndex;
 use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
 
-/// The indexes' hash maps hash with foldhash, not the standard SipHash: they are looked up for
-/// every event and every job step, and SipHash was about 2 % of the hub's CPU in a
-/// deliver-backlog profile (issue 17). Its seed is still random per process.
-pub(super) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-/// A hash set of the indexes (see [`Map`]).
-pub(super) type Set<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+/// The indexes' hash maps ([`crate::fast_hash`]).
+pub(super) type Map<K, V> = crate::fast_hash::FastMap<K, V>;
+/// A hash set of the indexes.
+pub(super) type Set<T> = crate::fast_hash::FastSet<T>;
 
 /// An event in the inbox index.
 #[derive(Debug, Clone, Copy)]
