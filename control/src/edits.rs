@@ -57,9 +57,10 @@ impl Control {
         };
         match self.write(&next, current.revision).await {
             Ok(()) => Attempt::Answered(Outcome::Written(Answer::ok(next.view()).with_etag(&next))),
-            // Without If-Match the caller named no revision: a write lost to another (the
-            // engine's delivery marks) is read and applied again.
-            Err(ControlStoreError::Conflict) if tags.is_none() => Attempt::Lost,
+            // A write lost to another (most often the engine's delivery marks) is read and
+            // applied again; an If-Match is checked again against what is read, so a change
+            // that moved the ETag meanwhile answers 412 then.
+            Err(ControlStoreError::Conflict) => Attempt::Lost,
             Err(e) => Attempt::Answered(write_outcome(e)),
         }
     }

@@ -433,6 +433,7 @@ impl Control {
                 revision: 1,
                 marks: Default::default(),
                 partner: who.partner.clone(),
+                delivery_mark_revisions: 0,
             };
             let mut secret = None;
             if sub.sink_kind == hub_core::model::SinkKind::Webhook {

@@ -30,6 +30,9 @@ enum Store {
 
 struct Hub {
     router: Router,
+    /// The service behind the router, for what the engine writes beside the API (delivery
+    /// marks).
+    control: Arc<hub_control::service::Control>,
     /// Makes this test's tenants unique, so runs on the shared CQL keyspace never meet.
     ns: String,
     _dir: tempfile::TempDir,
@@ -47,7 +50,8 @@ async fn hub(store: Store) -> Hub {
     .expect("config");
     let (control, verifier) = config.build(dir.path()).await.expect("build");
     Hub {
-        router: hub_control::http::router(control, verifier),
+        router: hub_control::http::router(control.clone(), verifier),
+        control,
         ns: uuid::Uuid::now_v7().simple().to_string(),
         _dir: dir,
     }
@@ -372,7 +376,41 @@ async fn r_cp_10_patch_with_etags(store: Store) {
         (Some("renamed"), Some(2), Some(5000))
     );
     assert_ne!(ok.headers["etag"].to_str().expect("etag"), etag);
-    // Any change counts: a pause moves the ETag too.
+    // A delivery marked by the engine moves the revision but not the ETag: an edit made
+    // with the ETag read before it still applies.
+    hub.control
+        .store
+        .mark_deliveries(vec![hub_control::store::DeliveryMark {
+            tenant: format!("{}-t-1", hub.ns),
+            subscription: id.parse().expect("uuid"),
+            success: true,
+            at_ms: now_ms(),
+        }])
+        .await
+        .expect("mark");
+    let marked = call(&hub, "GET", &path, Some(&tok), &[], "").await;
+    assert!(
+        marked.json["last_success_at"].is_string(),
+        "{}",
+        marked.json
+    );
+    assert_eq!(marked.headers["etag"], ok.headers["etag"]);
+    let after_mark: &'static str = Box::leak(
+        ok.headers["etag"]
+            .to_str()
+            .expect("etag")
+            .to_owned()
+            .into_boxed_str(),
+    );
+    let applied = patch(
+        "p2b",
+        Some(after_mark),
+        json!({"schema_major": 2, "name": "marked"}),
+    )
+    .await;
+    assert_eq!(applied.status, StatusCode::OK, "{}", applied.json);
+    let ok = applied;
+    // Any other change counts: a pause moves the ETag.
     assert_eq!(
         call(&hub, "POST", &format!("{path}/pause"), Some(&tok), &[], "")
             .await

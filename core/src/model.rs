@@ -55,7 +55,8 @@ pub enum VerificationState {
     Active,
 }
 
-/// A subscription as stored. `revision` changes with every change of any kind (the ETag).
+/// A subscription as stored. `revision` changes with every change of any kind; the ETag with
+/// every change but a delivery mark ([`Subscription::etag`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subscription {
     pub id: Uuid,
@@ -89,6 +90,10 @@ pub struct Subscription {
     /// (A field added after records existed: absent from older records, so defaulted.)
     #[serde(default)]
     pub partner: Option<String>,
+    /// How many of the revisions only marked a delivery (`last_success_at`, `last_failure_at`,
+    /// R-CP-2). (Added after records existed: absent from older records, so zero.)
+    #[serde(default)]
+    pub delivery_mark_revisions: u64,
 }
 
 /// Probe results and the hub's own decisions about a subscription.
@@ -158,6 +163,7 @@ impl Subscription {
             revision: 1,
             marks: Marks::default(),
             partner: None,
+            delivery_mark_revisions: 0,
         }
     }
 
@@ -242,9 +248,13 @@ impl Subscription {
         Value::Object(m)
     }
 
-    /// The strong ETag of this revision.
+    /// The strong ETag: it moves with every change (an edit, a pause, a rotation, a probe, an
+    /// auto-disable; R-CP-10) but a delivery mark. A subscription that delivers marks itself
+    /// several times a second, and an ETag that moved with those would make every `If-Match`
+    /// edit of a busy subscription fail (`subscription_changed`) for a field no edit touches.
     pub fn etag(&self) -> String {
-        format!("\"{}-{}\"", self.id.simple(), self.revision)
+        let version = self.revision.saturating_sub(self.delivery_mark_revisions);
+        format!("\"{}-{}\"", self.id.simple(), version)
     }
 }
 
@@ -720,6 +730,27 @@ mod tests {
             last_failure_at_ms: Some(1),
             ..Subscription::new("t", "n", kind, 0)
         }
+    }
+
+    #[test]
+    fn r_cp_10_the_etag_moves_with_every_change_but_a_delivery_mark() {
+        let sub = Subscription::new("t", "n", SinkKind::Webhook, 0);
+        let mut marked = sub.clone();
+        marked.revision += 1;
+        marked.delivery_mark_revisions += 1;
+        assert_eq!(marked.etag(), sub.etag());
+        let mut paused = marked.clone();
+        paused.revision += 1;
+        assert_ne!(paused.etag(), marked.etag());
+        let mut marked_again = paused.clone();
+        marked_again.revision += 1;
+        marked_again.delivery_mark_revisions += 1;
+        assert_eq!(marked_again.etag(), paused.etag());
+        assert_ne!(
+            marked_again.etag(),
+            sub.etag(),
+            "never an earlier ETag again"
+        );
     }
 
     #[test]

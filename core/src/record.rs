@@ -80,6 +80,7 @@ impl From<Legacy> for Subscription {
             revision: l.revision,
             marks: l.marks,
             partner: None,
+            delivery_mark_revisions: 0,
         }
     }
 }

@@ -62,6 +62,11 @@ async fn delivery_marks_are_changes_and_pass_over_deleted(store: &dyn ControlSto
         (Some(40), Some(50), 4),
         "each mark applied in order, each a revision"
     );
+    assert_eq!(
+        a_now.etag(),
+        a.etag(),
+        "marks leave the ETag as it was (R-CP-10)"
+    );
     assert_eq!(store.get(&tenant, b.id).await.expect("get"), Some(gone));
     let logged: Vec<Uuid> = (store
         .changes_since(last, usize::MAX)

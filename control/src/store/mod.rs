@@ -48,7 +48,8 @@ impl DeliveryMark {
     }
 
     /// `current` with this outcome marked: a success sets `last_success_at` and clears
-    /// `last_failure_at`; a failure sets `last_failure_at`. The revision moves.
+    /// `last_failure_at`; a failure sets `last_failure_at`. The revision moves, the ETag does
+    /// not (`Subscription::etag`).
     #[must_use]
     pub fn applied_to(&self, current: &Subscription) -> Subscription {
         let mut next = current.clone();
@@ -59,6 +60,7 @@ impl DeliveryMark {
             next.last_failure_at_ms = Some(self.at_ms);
         }
         next.revision += 1;
+        next.delivery_mark_revisions += 1;
         next
     }
 }

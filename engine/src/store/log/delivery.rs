@@ -1,7 +1,7 @@
 //! Jobs in the log store: leased, settled, dead-lettered and replayed inside a group (writes),
 //! paged per lane and queue by due time from the in-memory index (reads).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -10,24 +10,30 @@ use super::record::{Change, Loc};
 use super::segments::read_record;
 use super::state::{job_of, State};
 use super::writes::Tx;
+use crate::fast_hash::FastMap;
 use crate::store::{
     lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
     Lane, Settled, Started, StepOutcome, StoreError, EVENT_GONE,
 };
 
-/// Statistics a step touched, recorded once at its end.
+/// Statistics a step touched, recorded once at its end. Keyed by subscription alone (its id
+/// names one tenant's subscription), so that a step's jobs after the first of a subscription
+/// find its entry without copying the tenant's name.
 #[derive(Default)]
-struct StatsCache(HashMap<(String, Uuid), DeliveryStats>);
+struct StatsCache(FastMap<Uuid, (String, DeliveryStats)>);
 
 impl StatsCache {
     fn get<'a>(&'a mut self, state: &State, job: &JobRecord) -> &'a mut DeliveryStats {
-        self.0
-            .entry((job.tenant.clone(), job.subscription))
-            .or_insert_with_key(|key| state.stats.get(key).cloned().unwrap_or_default())
+        let (_, stats) = self.0.entry(job.subscription).or_insert_with(|| {
+            let key = (job.tenant.clone(), job.subscription);
+            let stats = state.stats.get(&key).cloned().unwrap_or_default();
+            (key.0, stats)
+        });
+        stats
     }
 
     fn record(self, tx: &mut Tx<'_>) {
-        for ((tenant, subscription), stats) in self.0 {
+        for (subscription, (tenant, stats)) in self.0 {
             tx.change(Change::Stats {
                 tenant,
                 subscription,
@@ -111,9 +117,9 @@ pub(super) fn step(
         });
         to_read.push((next, at));
     }
-    for key in failing {
-        if let Some(s) = stats.0.get(&key) {
-            out.streaks.push((key.0, key.1, s.streak));
+    for (tenant, subscription) in failing {
+        if let Some((_, s)) = stats.0.get(&subscription) {
+            out.streaks.push((tenant, subscription, s.streak));
         }
     }
     stats.record(tx);
