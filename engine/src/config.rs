@@ -109,6 +109,9 @@ pub struct HubConfig {
     pub shard_queue: usize,
     /// Most records persisted per shard pass. Env `STREAMING_HUB_MAX_BATCH`. Default 2000.
     pub max_batch: usize,
+    /// Longest a busy shard runs its tasks before it reaps finished I/O and wake-ups from other
+    /// threads (`runtime::SHARD_PREEMPT`). Env `STREAMING_HUB_SHARD_PREEMPT_US`. Default 5000.
+    pub shard_preempt_us: u64,
     /// Largest record value accepted. Env `STREAMING_HUB_MAX_VALUE_BYTES`. Default 1 MiB.
     pub max_value_bytes: usize,
     /// Largest context attribute value accepted. Env `STREAMING_HUB_MAX_HEADER_BYTES`. Default 4096.
@@ -217,6 +220,7 @@ impl Default for HubConfig {
             shards: 0,
             shard_queue: 8192,
             max_batch: 2000,
+            shard_preempt_us: crate::runtime::SHARD_PREEMPT.as_micros() as u64,
             max_value_bytes: 1 << 20,
             max_header_bytes: 4096,
             delivery_workers: 8,
@@ -394,6 +398,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("MAX_BATCH") {
             self.max_batch = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("SHARD_PREEMPT_US") {
+            self.shard_preempt_us = parse(&k, v)?;
         }
         if let Some((k, v)) = env("MAX_VALUE_BYTES") {
             self.max_value_bytes = parse(&k, v)?;

@@ -358,6 +358,7 @@ fn start_shards(
     (shards_started, shards_done): (Arc<std::sync::atomic::AtomicUsize>, Arc<AtomicBool>),
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let max_batch = config.max_batch;
+    let preempt = Duration::from_micros(config.shard_preempt_us.max(100));
     Ok(std::thread::Builder::new()
         .name("hub-shards".into())
         .spawn(move || {
@@ -381,6 +382,7 @@ fn start_shards(
             let result = spawn_shards(
                 &ShardConfig {
                     shards,
+                    preempt,
                     ..ShardConfig::default()
                 },
                 move |id| {

@@ -233,6 +233,17 @@ pub fn from_the_start(
     partitions: i32,
     group: &str,
 ) -> anyhow::Result<BaseConsumer> {
+    assigned_at(brokers, topic, partitions, group, Offset::Beginning)
+}
+
+/// As [`from_the_start`], every partition from `offset`.
+pub fn assigned_at(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    group: &str,
+    offset: Offset,
+) -> anyhow::Result<BaseConsumer> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set(
@@ -244,7 +255,7 @@ pub fn from_the_start(
         .create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        tpl.add_partition_offset(topic, p, offset)?;
     }
     consumer.assign(&tpl)?;
     Ok(consumer)

@@ -4,6 +4,7 @@
 //! checks the hub's counters exactly, and writes `report.json`, `report.md` and SVG plots.
 //!
 
+mod broker_latency;
 mod cql_requests;
 mod deliver;
 mod faults;

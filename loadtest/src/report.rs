@@ -102,6 +102,9 @@ pub struct DeliveryFigures {
     /// Pull only: one reader re-reading the whole log with `after` and `limit=1000` once the
     /// run is delivered, events per second.
     pub reread_rate: Option<f64>,
+    /// Steady runs fed from Kafka: the latency of Kafka alone over the paced phase, the floor
+    /// of `latency_ms` (`broker_latency.rs`).
+    pub broker_latency: Option<crate::broker_latency::BrokerLatency>,
     /// Jobs still pending in the hub at the end (retries of failing destinations).
     pub pending_jobs_end: u64,
     /// (percentile, ms) of end-to-end latency.
@@ -466,8 +469,11 @@ impl Report {
                     "| end-to-end latency (producer send → arrival at the destination{linger}) | p50 {p50:.1} ms · p90 {p90:.1} ms · p99 {p99:.1} ms · p99.9 {p999:.1} ms · max {max:.1} ms |"
                 );
             }
-            if let Some(slow) = slow_seconds(&d.worst_by_sent_second) {
+            if let Some(slow) = slow_seconds(&d.worst_by_sent_second, None, SLOW_HEADING) {
                 let _ = writeln!(md, "{slow}");
+            }
+            if let Some(b) = &d.broker_latency {
+                broker_rows(&mut md, b, d.worst_by_sent_second.first().map(|w| w.0));
             }
             let _ = writeln!(
                 md,
@@ -559,12 +565,16 @@ fn engines_rows(md: &mut String, engines: &[crate::hub::EngineFigures]) {
     }
 }
 
-/// The latency over 100 ms this run had: a row naming the seconds of sending (counted from the
-/// first) whose events waited longest, worst first. A tail spread over the run is load; one
-/// that comes in a few seconds, or every few seconds, is a stall.
-fn slow_seconds(worst: &[(i64, f64)]) -> Option<String> {
+/// The heading of the hub's slow seconds (see [`slow_seconds`]).
+const SLOW_HEADING: &str =
+    "seconds of sending whose events waited over 100 ms (from the first send; worst first)";
+
+/// The latency over 100 ms this run had: a row naming the seconds of sending (counted from
+/// `origin`, else from the first) whose events waited longest, worst first. A tail spread over
+/// the run is load; one that comes in a few seconds, or every few seconds, is a stall.
+fn slow_seconds(worst: &[(i64, f64)], origin: Option<i64>, heading: &str) -> Option<String> {
     const SLOW_MS: f64 = 100.0;
-    let first = worst.first()?.0;
+    let first = origin.or_else(|| worst.first().map(|w| w.0))?;
     let mut slow: Vec<(i64, f64)> = worst
         .iter()
         .filter(|(_, ms)| *ms > SLOW_MS)
@@ -581,10 +591,27 @@ fn slow_seconds(worst: &[(i64, f64)]) -> Option<String> {
         .map(|(s, ms)| format!("{s} s: {ms:.0} ms"))
         .collect();
     Some(format!(
-        "| seconds of sending whose events waited over {SLOW_MS:.0} ms (from the first send; worst first) | {count} of {}: {} |",
+        "| {heading} | {count} of {}: {} |",
         worst.len(),
         named.join(" · ")
     ))
+}
+
+/// Kafka alone over the paced phase: its latency, and its own slow seconds counted from the
+/// hub's first (`origin`), so that a second slow in both is read as the broker's or the
+/// machine's, not the hub's.
+fn broker_rows(md: &mut String, b: &crate::broker_latency::BrokerLatency, origin: Option<i64>) {
+    let [p50, p90, p99, p999, max] = b.latency_ms;
+    let _ = writeln!(
+        md,
+        "| Kafka alone, same run (a plain consumer of the topic over the paced phase: producer send → consumed; the floor of the latency above, {} records) | p50 {p50:.1} ms · p90 {p90:.1} ms · p99 {p99:.1} ms · p99.9 {p999:.1} ms · max {max:.1} ms |",
+        b.records
+    );
+    let heading =
+        "seconds of sending whose records waited over 100 ms in Kafka alone (counted as above)";
+    if let Some(slow) = slow_seconds(&b.worst_by_sent_second, origin, heading) {
+        let _ = writeln!(md, "{slow}");
+    }
 }
 
 /// The floor probe's row: its rate and CPU per record, split by where it went, and the hub's CPU
@@ -638,14 +665,21 @@ fn floor_row(
 
 #[cfg(test)]
 mod tests {
-    use super::slow_seconds;
+    use super::{slow_seconds, SLOW_HEADING};
 
     #[test]
     fn slow_seconds_are_counted_from_the_first_send_worst_first() {
         let worst = [(100, 20.0), (101, 250.0), (102, 30.0), (108, 600.0)];
-        let row = slow_seconds(&worst).expect("two slow seconds");
+        let row = slow_seconds(&worst, None, SLOW_HEADING).expect("two slow seconds");
         assert!(row.contains("2 of 4: 8 s: 600 ms · 1 s: 250 ms"), "{row}");
-        assert_eq!(slow_seconds(&[(5, 99.0)]), None);
-        assert_eq!(slow_seconds(&[]), None);
+        assert_eq!(slow_seconds(&[(5, 99.0)], None, SLOW_HEADING), None);
+        assert_eq!(slow_seconds(&[], None, SLOW_HEADING), None);
+    }
+
+    #[test]
+    fn kafka_alone_counts_its_slow_seconds_from_the_hubs_first_send() {
+        let worst = [(103, 180.0), (104, 20.0)];
+        let row = slow_seconds(&worst, Some(100), "in Kafka").expect("one slow second");
+        assert!(row.contains("1 of 2: 3 s: 180 ms"), "{row}");
     }
 }

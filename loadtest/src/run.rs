@@ -211,6 +211,7 @@ fn delivery_figures(
         limit,
         raw_post_rate: limit_rate,
         reread_rate: None,
+        broker_latency: None,
         pending_jobs_end: counters
             .get("streaming_hub_delivery_pending_jobs")
             .copied()
@@ -512,6 +513,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         }
     };
     let mut subscribed = None;
+    let mut broker = None;
 
     anyhow::ensure!(
         args.target == Target::Kafka || scenario.mode == Mode::Steady,
@@ -616,6 +618,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             .await?;
             acked.store(counts.total, Ordering::Release);
             wait_durable(&sampler, counts.total, Duration::from_secs(120)).await?;
+            let watch = match args.target {
+                Target::Kafka => Some(crate::broker_latency::watch(
+                    &args.kafka,
+                    &topic,
+                    scenario.partitions,
+                )?),
+                Target::Http => None,
+            };
             eprintln!(
                 "[loadtest] hub joined; producing at {}/s for {} s",
                 scenario.rate, scenario.duration_s
@@ -660,6 +670,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 expected(&counts, subscribed.as_ref()),
             )
             .await?;
+            if let Some(watch) = watch {
+                broker = watch.finish()?;
+            }
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
             (
                 counts,
@@ -696,6 +709,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             .await?;
             Some(DeliveryFigures {
                 reread_rate,
+                broker_latency: broker.take(),
                 ..delivery_figures(d.tally(), sub, &produced, &samples, &counters, limit)
             })
         }

@@ -9,7 +9,9 @@ pub mod http;
 mod shards;
 
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
-pub use shards::{spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh, ShardRuntimeError};
+pub use shards::{
+    spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh, ShardRuntimeError, SHARD_PREEMPT,
+};
 
 /// Sleeps on the current shard's timer (glommio). Only for code running on a shard.
 pub async fn shard_sleep(d: std::time::Duration) {
