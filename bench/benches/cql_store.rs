@@ -7,9 +7,11 @@
 //! neighbour, not ScyllaDB's. With no server at `STREAMING_HUB_BENCH_CQL` (default
 //! `127.0.0.1:9042`) the benches say so and measure nothing.
 
+mod common;
+
 use std::sync::Arc;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hub_engine::store::conformance::event;
 use hub_engine::store::cql::{CqlSettings, CqlStore};
 use hub_engine::store::{
@@ -85,23 +87,13 @@ fn write_batch(c: &mut Criterion) {
     let mut group = c.benchmark_group("cql_store");
     group.sample_size(20);
     let size = 100usize;
-    group.throughput(Throughput::Elements(size as u64));
-    let mut next = 0;
-    group.bench_function(
-        format!("write_batch_{size}_events_{TENANTS}_tenants"),
-        |b| {
-            b.iter_batched(
-                || {
-                    next += size as i64;
-                    Arc::new(batch(size, next, &run, 0))
-                },
-                |batch| {
-                    rt.block_on(store.write_batch(&unit, fence, batch))
-                        .expect("write")
-                },
-                BatchSize::SmallInput,
-            )
-        },
+    common::bench_write_batch(
+        &mut group,
+        &format!("write_batch_{size}_events_{TENANTS}_tenants"),
+        (&rt, &store),
+        (&unit, fence),
+        size,
+        |size, next| batch(size, next, &run, 0),
     );
     group.finish();
 }

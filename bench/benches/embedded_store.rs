@@ -10,9 +10,11 @@
 //!
 //! Each on both embedded formats: the append-only log (the default) and redb.
 
+mod common;
+
 use std::sync::Arc;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hub_engine::store::choice::{open_embedded, EmbeddedFormat};
 use hub_engine::store::conformance::event;
 use hub_engine::store::{
@@ -74,23 +76,13 @@ fn write_batches(c: &mut Criterion, format: EmbeddedFormat, name: &str) {
     let (rt, _dir, store, unit, fence) = claimed_store(format);
     let mut group = c.benchmark_group(format!("embedded_store_{name}"));
     for size in [100usize, 1000] {
-        group.throughput(Throughput::Elements(size as u64));
-        let mut next = 0;
-        group.bench_function(
-            format!("write_batch_{size}_events_{TENANTS}_tenants"),
-            |b| {
-                b.iter_batched(
-                    || {
-                        next += size as i64;
-                        Arc::new(batch(size, next))
-                    },
-                    |batch| {
-                        rt.block_on(store.write_batch(&unit, fence, batch))
-                            .expect("write")
-                    },
-                    BatchSize::SmallInput,
-                )
-            },
+        common::bench_write_batch(
+            &mut group,
+            &format!("write_batch_{size}_events_{TENANTS}_tenants"),
+            (&rt, &store),
+            (&unit, fence),
+            size,
+            batch,
         );
     }
     group.finish();

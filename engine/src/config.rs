@@ -551,6 +551,11 @@ impl HubConfig {
                 "shard_queue and max_batch must be at least 1".into(),
             ));
         }
+        if !(100..=1_000_000).contains(&self.shard_preempt_us) {
+            return Err(ConfigError::Invalid(
+                "shard_preempt_us must be 100 to 1000000 (0.1 ms to 1 s)".into(),
+            ));
+        }
         if self.max_value_bytes == 0 || self.max_header_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "max_value_bytes and max_header_bytes must be at least 1".into(),

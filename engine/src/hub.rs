@@ -358,7 +358,7 @@ fn start_shards(
     (shards_started, shards_done): (Arc<std::sync::atomic::AtomicUsize>, Arc<AtomicBool>),
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let max_batch = config.max_batch;
-    let preempt = Duration::from_micros(config.shard_preempt_us.max(100));
+    let preempt = Duration::from_micros(config.shard_preempt_us);
     Ok(std::thread::Builder::new()
         .name("hub-shards".into())
         .spawn(move || {

@@ -10,7 +10,7 @@ use super::record::{Change, Loc};
 use super::segments::read_record;
 use super::state::{job_of, State};
 use super::writes::Tx;
-use crate::fast_hash::FastMap;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::store::{
     lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
     Lane, Settled, Started, StepOutcome, StoreError, EVENT_GONE,
@@ -67,7 +67,8 @@ pub(super) fn step(
     let mut out = StepOutcome::default();
     let mut to_read = Vec::with_capacity(step.start.len());
     let mut stats = StatsCache::default();
-    let mut failing: HashSet<(String, Uuid)> = HashSet::new();
+    // Subscriptions with a failure in this step; their tenants are in `stats`.
+    let mut failing: FastSet<Uuid> = FastSet::default();
     for s in &step.settle {
         let Some((job, leased)) = tx.state.job(s.job) else {
             continue; // replayed, cancelled or settled by an earlier step
@@ -76,7 +77,7 @@ pub(super) fn step(
         if let Some(a) = attempt {
             stats.get(tx.state, &job).record(a);
             if !a.success {
-                failing.insert((job.tenant.clone(), job.subscription));
+                failing.insert(job.subscription);
             }
         }
         match change {
@@ -117,9 +118,9 @@ pub(super) fn step(
         });
         to_read.push((next, at));
     }
-    for (tenant, subscription) in failing {
-        if let Some((_, s)) = stats.0.get(&subscription) {
-            out.streaks.push((tenant, subscription, s.streak));
+    for subscription in failing {
+        if let Some((tenant, s)) = stats.0.get(&subscription) {
+            out.streaks.push((tenant.clone(), subscription, s.streak));
         }
     }
     stats.record(tx);
