@@ -14,7 +14,9 @@
 
 mod outcomes;
 mod paging;
+mod spilled;
 mod steps;
+mod tally;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,6 +49,7 @@ use crate::store::{
 };
 use crate::telemetry::{store_failed, FailedStage};
 use hub_core::partners::PartnerState;
+use spilled::Spilled;
 
 /// How many leased job ids a lane remembers (`RecentlyLeased`): far more than a hand-off can lag.
 const RECENT_LEASES: usize = 4096;
@@ -190,6 +193,7 @@ impl DeliveryLane {
             ready: std::collections::VecDeque::new(),
             running: FastMap::default(),
             held_per_destination: FastMap::default(),
+            spilled: Spilled::default(),
             rotation: 0,
             rng: rand::rngs::StdRng::from_entropy(),
             marks: super::marks::Marks::default(),
@@ -197,6 +201,7 @@ impl DeliveryLane {
             recent: RecentlyLeased::new(RECENT_LEASES),
             lanes: self.ownership.lanes_of(self.shard),
             unpublished: Vec::new(),
+            tally: tally::LaneTally::default(),
             shard_webhooks: self.config.webhooks_on_shard.then(|| {
                 std::rc::Rc::new(ShardWebhooks::new(
                     self.sinks.webhook.clone(),
@@ -329,7 +334,7 @@ impl DeliveryLane {
                 }
                 Woke::Attempt(Some(d)) => self.finished(&mut lane, d),
                 Woke::Attempt(None) => {}
-                Woke::Handed(jobs) => fetch |= self.take_or_wake(&mut lane, jobs),
+                Woke::Handed(jobs) => self.take_or_wake(&mut lane, jobs),
                 Woke::Nudge => {
                     self.store.wake_pages(&lane.lanes);
                     fetch = true;
@@ -342,8 +347,11 @@ impl DeliveryLane {
                 self.follow_ownership(&mut lane).await;
             }
             while let Ok(jobs) = self.handoff.try_recv() {
-                fetch |= self.take_or_wake(&mut lane, jobs);
+                self.take_or_wake(&mut lane, jobs);
             }
+            fetch |= lane
+                .spilled
+                .page_wanted(lane.held.len(), self.config.held_max);
             // Collect every other attempt already finished, to settle them in one step; leased
             // jobs waiting in `ready` take the freed workers at once, without a store round trip.
             while let Some(Some(d)) = futures::FutureExt::now_or_never(attempts.next()) {
@@ -351,6 +359,7 @@ impl DeliveryLane {
             }
             self.refill(&mut lane, &mut attempts);
             self.report_lag(&mut lane, attempts.len());
+            self.count_round(&mut lane, attempts.len());
             let idle = lane.held.is_empty() && lane.ready.is_empty();
             self.fresh
                 .set_open(self.shard, leases_at_ingest && idle && !stopping);
@@ -382,6 +391,18 @@ impl DeliveryLane {
             }
             attempts.push(self.attempt(lane, s));
         }
+    }
+
+    /// Counts a round of the loop into the lane's tally, and logs the tally once a window.
+    fn count_round(&self, lane: &mut LaneState, running: usize) {
+        let workers = self.config.workers as usize;
+        let t = &mut lane.tally;
+        t.rounds += 1;
+        t.rounds_all_busy += u64::from(running >= workers);
+        t.rounds_capped += u64::from(running < workers && !lane.ready.is_empty());
+        let (held, ready) = (lane.held.len(), lane.ready.len());
+        lane.tally
+            .close(self.shard, held, ready, crate::clock::now_ms());
     }
 
     /// Says, once, what a stopping lane still waits for when its drain takes over 10 s.
@@ -436,6 +457,8 @@ struct LaneState {
     running: FastMap<String, u32>,
     /// Jobs held (paged, not yet leased) per destination.
     held_per_destination: FastMap<String, usize>,
+    /// Who has due jobs left in the store for want of room here.
+    spilled: Spilled,
     rotation: u64,
     rng: rand::rngs::StdRng,
     /// What this lane last wrote of delivery timestamps (R-CP-2).
@@ -448,11 +471,21 @@ struct LaneState {
     lanes: Vec<Lane>,
     /// Outcomes of attempts settled in `settle`, told to live readers once written.
     unpublished: Vec<hub_core::outcomes::DeliveryOutcome>,
+    /// What the lane did lately, logged at `debug`.
+    tally: tally::LaneTally,
     /// The shard's own webhook client (`LaneConfig::webhooks_on_shard`).
     shard_webhooks: Option<std::rc::Rc<ShardWebhooks>>,
 }
 
 impl LaneState {
+    /// One job of `destination` left the held jobs (leased, or settled without an attempt).
+    fn unhold(&mut self, destination: &str, cap: usize) {
+        if let Some(n) = self.held_per_destination.get_mut(destination) {
+            *n = n.saturating_sub(1);
+            self.spilled.held_fewer(destination, *n, cap);
+        }
+    }
+
     /// The shard's webhook client, when it carries `sub`'s attempts.
     fn shard_webhooks_for(&self, sub: &Subscription) -> Option<std::rc::Rc<ShardWebhooks>> {
         let endpoint = sub.endpoint.as_deref()?;

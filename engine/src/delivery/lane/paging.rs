@@ -88,20 +88,21 @@ impl DeliveryLane {
         if !page.jobs.is_empty() {
             tracing::debug!(jobs = page.jobs.len(), more = page.more, "paged due jobs");
         }
+        lane.tally.pages += 1;
+        lane.tally.paged += page.jobs.len() as u64;
+        lane.tally.page_ms += crate::clock::now_ms() - now;
         for job in page.jobs {
-            self.hold(lane, job);
+            lane.tally.paged_held += u64::from(self.hold(lane, job));
         }
         Ok(page.more)
     }
 
-    /// Takes jobs ingest handed over; true when some were left to the store, whose next page
-    /// of the lane must then read every queue.
-    pub(super) fn take_or_wake(&self, lane: &mut LaneState, handed: Handoff) -> bool {
-        let left = !self.take_handed(lane, handed);
-        if left {
+    /// Takes jobs ingest handed over. Jobs left to the store (no room) are paged once there is
+    /// room for them (`Spilled`); the store is told, so that page reads every queue.
+    pub(super) fn take_or_wake(&self, lane: &mut LaneState, handed: Handoff) {
+        if !self.take_handed(lane, handed) {
             self.store.wake_pages(&lane.lanes);
         }
-        left
     }
 
     /// Holds jobs ingest handed over (or readies the ones it leased); false when some were left
@@ -116,15 +117,21 @@ impl DeliveryLane {
             }
         };
         let mut all = true;
-        for job in jobs {
+        let count = jobs.len();
+        lane.tally.handed += count as u64;
+        for (i, job) in jobs.into_iter().enumerate() {
             if lane.held.len() >= self.config.held_max {
+                lane.tally.handed_left += (count - i) as u64;
+                lane.spilled.lane = true;
                 return false;
             }
             // Already paged from the store (and perhaps leased) before the hand-off came.
             if lane.recent.contains(job.id) {
                 continue;
             }
-            all &= self.hold(lane, job);
+            let held = self.hold(lane, job);
+            lane.tally.handed_left += u64::from(!held);
+            all &= held;
         }
         all
     }
@@ -142,6 +149,7 @@ impl DeliveryLane {
             .entry(destination.clone())
             .or_default();
         if *holding >= crate::delivery::fairness::holding_cap(self.config.held_max) {
+            lane.spilled.destination(&destination);
             return false;
         }
         *holding += 1;

@@ -24,9 +24,10 @@ impl DeliveryLane {
                 lane.scheduler.done(&due.destination);
                 continue;
             };
-            if let Some(n) = lane.held_per_destination.get_mut(&due.destination) {
-                *n = n.saturating_sub(1);
-            }
+            lane.unhold(
+                &due.destination,
+                crate::delivery::fairness::holding_cap(self.config.held_max),
+            );
             let sub = self.subs.get(&job.tenant, job.subscription);
             match self.admit(lane, &job, sub, &due.destination, now) {
                 Ok(sub) => {
@@ -134,6 +135,9 @@ impl DeliveryLane {
     /// Sends the round's outcomes and the leases of `start` to the store as one step.
     pub(super) fn begin_step(&self, lane: &mut LaneState, start: Vec<u128>) -> StepInFlight {
         let now = crate::clock::now_ms();
+        lane.tally.steps += 1;
+        lane.tally.leased += start.len() as u64;
+        lane.tally.settled += lane.settle.len() as u64;
         let step = DeliveryStep {
             settle: std::mem::take(&mut lane.settle),
             start: start.clone(),
@@ -170,6 +174,7 @@ impl DeliveryLane {
         step: StepInFlight,
         written: StepReply,
     ) -> Result<(), StoreError> {
+        lane.tally.step_ms += crate::clock::now_ms() - step.now;
         let outcome = match written {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => {
