@@ -220,7 +220,21 @@ pub fn prepare(
     a: &Attempt<'_>,
     keys: &Keys,
 ) -> Result<Prepared, Outcome> {
-    let url = match reqwest::Url::parse(a.endpoint) {
+    let url = checked_endpoint(policy, a.endpoint)?;
+    Ok(Prepared {
+        url,
+        headers: attempt_headers(a, keys),
+    })
+}
+
+/// The endpoint as a URL, if it is an http(s) URL and, when its host is an address literal, an
+/// address R-SEC-2 allows (a name is checked where it is resolved). Depends only on the
+/// endpoint and the policy, so a client may keep the answer for the endpoint.
+pub fn checked_endpoint(
+    policy: &DestinationPolicy,
+    endpoint: &str,
+) -> Result<reqwest::Url, Outcome> {
+    let url = match reqwest::Url::parse(endpoint) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => u,
         _ => {
             return Err(Outcome::refused(
@@ -241,6 +255,11 @@ pub fn prepare(
             ));
         }
     }
+    Ok(url)
+}
+
+/// An attempt's headers (R-DI-5), its signatures (R-DI-12) included.
+pub fn attempt_headers(a: &Attempt<'_>, keys: &Keys) -> Vec<(HeaderName, String)> {
     let event_id = a.event_id.to_string();
     let mut headers = vec![
         (
@@ -266,7 +285,7 @@ pub fn prepare(
         a.unix_s,
         &a.body,
     ));
-    Ok(Prepared { url, headers })
+    headers
 }
 
 /// The addresses `host` resolves to, refused whole when one is an address R-SEC-2 forbids (unless

@@ -5,7 +5,9 @@
 //! its name is resolved and every address checked on tokio (R-SEC-2 at connect, as the tokio
 //! client does), one bridge round trip per connection, not per attempt.
 
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,12 +15,55 @@ use futures::future::{select, Either};
 use http_body_util::Full;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
 use hub_core::sink::webhook::{
-    answered, body_prefix, checked_addresses, prepare, short, Attempt, Keys, WebhookClient,
-    MAX_RESPONSE_BODY,
+    answered, attempt_headers, body_prefix, checked_addresses, checked_endpoint, short, Attempt,
+    Keys, WebhookClient, MAX_RESPONSE_BODY,
 };
 
+use crate::fast_hash::FastMap;
 use crate::runtime::http::{connect, ConnectFailed, Connection, Origin, ShardHttp};
 use crate::runtime::{shard_sleep, TokioBridge};
+
+/// Most endpoints a shard keeps checked; past it the list starts again (a changed endpoint is
+/// a new one, so an old entry is only memory).
+const MOST_ENDPOINTS: usize = 4096;
+
+/// An endpoint as this client sends to it, parsed and checked once (`checked_endpoint`: its
+/// answer depends only on the endpoint and the process's destination policy) instead of on
+/// every attempt (issue 17).
+#[derive(Debug)]
+struct Target {
+    url: url::Url,
+    origin: Origin,
+    /// The request line's target: path and query.
+    path: hyper::Uri,
+    host: hyper::header::HeaderValue,
+}
+
+impl Target {
+    fn of(url: url::Url) -> Result<Self, Outcome> {
+        let invalid = |e: &dyn std::fmt::Display| {
+            Outcome::refused(ErrorClass::InvalidEndpoint, short(&e.to_string()))
+        };
+        let path = url[url::Position::BeforePath..]
+            .parse::<hyper::Uri>()
+            .map_err(|e| invalid(&e))?;
+        let host = hyper::header::HeaderValue::from_str(
+            &url[url::Position::BeforeHost..url::Position::AfterPort],
+        )
+        .map_err(|e| invalid(&e))?;
+        let origin = Origin {
+            host: url.host_str().unwrap_or_default().to_owned(),
+            port: url.port_or_known_default().unwrap_or(80),
+            tls: url.scheme() == "https",
+        };
+        Ok(Self {
+            url,
+            origin,
+            path,
+            host,
+        })
+    }
+}
 
 /// The webhook client of one shard.
 #[derive(Debug)]
@@ -29,6 +74,8 @@ pub struct ShardWebhooks {
     bridge: TokioBridge,
     /// The TLS client for `https` endpoints; without one they keep the tokio client.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// Endpoints already checked.
+    targets: RefCell<FastMap<Box<str>, Rc<Target>>>,
 }
 
 impl ShardWebhooks {
@@ -48,7 +95,25 @@ impl ShardWebhooks {
             client,
             bridge,
             tls,
+            targets: RefCell::default(),
         }
+    }
+
+    /// `endpoint` checked and parsed, once per endpoint while it stays in the list.
+    fn target(&self, endpoint: &str) -> Result<Rc<Target>, Outcome> {
+        if let Some(t) = self.targets.borrow().get(endpoint) {
+            return Ok(t.clone());
+        }
+        let target = Rc::new(Target::of(checked_endpoint(
+            self.client.policy(),
+            endpoint,
+        )?)?);
+        let mut targets = self.targets.borrow_mut();
+        if targets.len() >= MOST_ENDPOINTS {
+            targets.clear();
+        }
+        targets.insert(endpoint.into(), target.clone());
+        Ok(target)
     }
 
     /// Whether an endpoint's attempts run here: `http`, and `https` when TLS is set up.
@@ -80,24 +145,17 @@ impl ShardWebhooks {
     }
 
     async fn attempt(&self, a: &Attempt<'_>, keys: &Keys, started: Instant) -> Outcome {
-        let prepared = match prepare(self.client.policy(), a, keys) {
-            Ok(p) => p,
+        let target = match self.target(a.endpoint) {
+            Ok(t) => t,
             Err(refused) => return refused,
         };
-        let url = &prepared.url;
-        let origin = Origin {
-            host: url.host_str().unwrap_or_default().to_owned(),
-            port: url.port_or_known_default().unwrap_or(80),
-            tls: url.scheme() == "https",
-        };
+        let headers = attempt_headers(a, keys);
+        let (url, origin) = (&target.url, &target.origin);
         let request = || {
-            let mut request = hyper::Request::post(&url[url::Position::BeforePath..])
-                .header(
-                    "host",
-                    &url[url::Position::BeforeHost..url::Position::AfterPort],
-                )
+            let mut request = hyper::Request::post(target.path.clone())
+                .header("host", target.host.clone())
                 .header("user-agent", "lerian-streaming-hub");
-            for (name, value) in &prepared.headers {
+            for (name, value) in &headers {
                 request = request.header(name, value.as_str());
             }
             request.body(Full::new(a.body.clone()))
@@ -106,9 +164,9 @@ impl ShardWebhooks {
             Ok(r) => r,
             Err(e) => return Outcome::refused(ErrorClass::InvalidEndpoint, e.to_string()),
         };
-        let connection = match self.http.take_idle(&origin) {
+        let connection = match self.http.take_idle(origin) {
             Some(c) => c,
-            None => match self.open(&origin, url).await {
+            None => match self.open(origin, url).await {
                 Ok(c) => c,
                 Err(outcome) => return outcome,
             },
@@ -116,7 +174,7 @@ impl ShardWebhooks {
         let reused = connection.reused;
         let mut answer = self
             .http
-            .send(&origin, connection, first, MAX_RESPONSE_BODY)
+            .send(origin, connection, first, MAX_RESPONSE_BODY)
             .await;
         if let Err(failed) = &answer {
             // A kept connection the destination closed while it idled (the close and the
@@ -126,10 +184,10 @@ impl ShardWebhooks {
                 let Ok(request) = request() else {
                     return sending_failed(failed, started.elapsed());
                 };
-                answer = match self.open(&origin, url).await {
+                answer = match self.open(origin, url).await {
                     Ok(fresh) => {
                         self.http
-                            .send(&origin, fresh, request, MAX_RESPONSE_BODY)
+                            .send(origin, fresh, request, MAX_RESPONSE_BODY)
                             .await
                     }
                     Err(outcome) => return outcome,

@@ -364,13 +364,9 @@ fn r_di_13_a_refused_connection_is_a_connection_failure() {
     );
 }
 
-#[test]
-fn r_sec_2_loopback_is_refused_on_the_shard_by_address_and_by_name_without_the_allow_list() {
-    let (addr, seen) = server(no_content, false);
-    let by_address = format!("http://{addr}/hook");
-    let by_name = format!("http://hooks.example:{}/hook", addr.port());
-    let outcomes = on_a_shard(&[], vec![by_address, by_name.clone()], SECOND);
-    for o in &outcomes {
+/// Every attempt refused by R-SEC-2, and the server never connected to.
+fn refused_unconnected(outcomes: &[Outcome], seen: &Seen) {
+    for o in outcomes {
         assert_eq!(
             o.error_class,
             Some(ErrorClass::DestinationNotAllowed),
@@ -382,12 +378,53 @@ fn r_sec_2_loopback_is_refused_on_the_shard_by_address_and_by_name_without_the_a
         0,
         "never connected"
     );
+}
+
+#[test]
+fn r_sec_2_loopback_is_refused_on_the_shard_by_address_and_by_name_without_the_allow_list() {
+    let (addr, seen) = server(no_content, false);
+    let by_address = format!("http://{addr}/hook");
+    let by_name = format!("http://hooks.example:{}/hook", addr.port());
+    let outcomes = on_a_shard(&[], vec![by_address, by_name.clone()], SECOND);
+    refused_unconnected(&outcomes, &seen);
     // The name allow-listed: resolved (through the bridge), checked, connected.
     let allowed = on_a_shard(&["hooks.example"], vec![by_name], SECOND);
     assert!(allowed[0].success, "{:?}", allowed[0]);
     assert!(seen.requests.lock().expect("lock")[0]
         .to_ascii_lowercase()
         .contains(&format!("host: hooks.example:{}", addr.port())));
+}
+
+/// The shard keeps an endpoint it checked (issue 17), never a refusal as a pass: a refused
+/// address literal is refused at every attempt, and each attempt to a kept endpoint still has
+/// its own delivery id and signatures.
+#[test]
+fn r_sec_2_a_kept_endpoint_is_refused_at_every_attempt_and_signed_anew_when_allowed() {
+    let (addr, seen) = server(no_content, false);
+    let refused = format!("http://{addr}/hook");
+    let outcomes = on_a_shard(&[], vec![refused.clone(), refused], SECOND);
+    refused_unconnected(&outcomes, &seen);
+
+    let allowed = format!("http://{addr}/hook?n=1");
+    let outcomes = on_a_shard(&["127.0.0.1"], vec![allowed.clone(), allowed], SECOND);
+    assert!(outcomes.iter().all(|o| o.success), "{outcomes:?}");
+    let requests = seen.requests.lock().expect("lock");
+    let header = |request: &str, name: &str| {
+        request
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with(name))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert_eq!(requests.len(), 2);
+    let ids: Vec<String> = requests
+        .iter()
+        .map(|r| header(r, "x-lerian-delivery-id:"))
+        .collect();
+    assert!(!ids[0].is_empty() && ids[0] != ids[1], "{ids:?}");
+    assert!(requests.iter().all(|r| r
+        .to_ascii_lowercase()
+        .starts_with("post /hook?n=1 http/1.1\r\n")));
 }
 
 /// A certificate for `hooks.example`, the server's configuration holding it, and a root store
