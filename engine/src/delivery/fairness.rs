@@ -4,7 +4,10 @@
 //! rest to other subscriptions. Pure: the wheel pushes due jobs in, workers pull them out and say
 //! when they are done.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::fast_hash::FastMap;
 
 /// A due job as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,16 +41,20 @@ const LOOKAHEAD: usize = 64;
 
 #[derive(Debug, Default)]
 struct TenantQueue {
+    /// The tenant, shared with the rotation.
+    name: Arc<str>,
     jobs: VecDeque<Due>,
     weight: u32,
     deficit: u32,
 }
 
+/// The scheduler's tenants are shared names and its maps hash with foldhash: a job is pushed,
+/// taken and done without allocating (issue 17).
 #[derive(Debug)]
 pub struct Scheduler {
-    rotation: VecDeque<String>,
-    queues: HashMap<String, TenantQueue>,
-    in_flight: HashMap<String, u32>,
+    rotation: VecDeque<Arc<str>>,
+    queues: FastMap<Arc<str>, TenantQueue>,
+    in_flight: FastMap<String, u32>,
     per_destination_cap: u32,
 }
 
@@ -56,26 +63,37 @@ impl Scheduler {
     pub fn new(workers: u32) -> Self {
         Self {
             rotation: VecDeque::new(),
-            queues: HashMap::new(),
-            in_flight: HashMap::new(),
+            queues: FastMap::default(),
+            in_flight: FastMap::default(),
             per_destination_cap: running_cap(workers),
         }
     }
 
     pub fn push(&mut self, tenant: &str, weight: u32, due: Due) {
-        let q = self.queues.entry(tenant.to_owned()).or_default();
+        if !self.queues.contains_key(tenant) {
+            let name: Arc<str> = Arc::from(tenant);
+            let queue = TenantQueue {
+                name: name.clone(),
+                ..TenantQueue::default()
+            };
+            self.queues.insert(name, queue);
+        }
+        let Some(q) = self.queues.get_mut(tenant) else {
+            return;
+        };
         q.weight = weight.max(1);
         if q.jobs.is_empty() {
-            self.rotation.push_back(tenant.to_owned());
+            self.rotation.push_back(q.name.clone());
         }
         q.jobs.push_back(due);
     }
 
     /// The next job for a free worker, or `None` when nothing can run now.
-    pub fn take_next(&mut self) -> Option<(String, Due)> {
+    pub fn take_next(&mut self) -> Option<(Arc<str>, Due)> {
         for _ in 0..self.rotation.len() {
             let tenant = self.rotation.front()?.clone();
             let cap = self.per_destination_cap;
+            let in_flight = &self.in_flight;
             let q = self.queues.get_mut(&tenant)?;
             if q.deficit == 0 {
                 q.deficit = q.weight;
@@ -84,7 +102,7 @@ impl Scheduler {
                 .jobs
                 .iter()
                 .take(LOOKAHEAD)
-                .position(|d| self.in_flight.get(&d.destination).copied().unwrap_or(0) < cap);
+                .position(|d| in_flight.get(&d.destination).copied().unwrap_or(0) < cap);
             let Some(i) = runnable else {
                 // Everything it could run waits on a busy destination: its turn passes.
                 q.deficit = 0;
@@ -93,13 +111,14 @@ impl Scheduler {
             };
             let due = q.jobs.remove(i)?;
             q.deficit -= 1;
-            *self.in_flight.entry(due.destination.clone()).or_default() += 1;
-            if q.jobs.is_empty() {
+            let emptied = q.jobs.is_empty();
+            if emptied {
                 q.deficit = 0;
                 self.rotation.pop_front();
             } else if q.deficit == 0 {
                 self.rotation.rotate_left(1);
             }
+            self.running(&due.destination);
             return Some((tenant, due));
         }
         None
@@ -108,7 +127,12 @@ impl Scheduler {
     /// A job for `destination` runs that did not come through `take_next` (leased by its
     /// ingest batch); `done` ends it like any other.
     pub fn running(&mut self, destination: &str) {
-        *self.in_flight.entry(destination.to_owned()).or_default() += 1;
+        match self.in_flight.get_mut(destination) {
+            Some(n) => *n += 1,
+            None => {
+                self.in_flight.insert(destination.to_owned(), 1);
+            }
+        }
     }
 
     /// A worker finished (any outcome) a job for `destination`.
@@ -162,7 +186,7 @@ mod tests {
             let (tenant, d) = s.take_next().expect("job");
             s.done(&d.destination);
             picks += 1;
-            if tenant == "cold" {
+            if &*tenant == "cold" {
                 break;
             }
         }
@@ -179,7 +203,7 @@ mod tests {
             s.push("premium", 4, due(j, &format!("p{j}")));
             s.push("free", 1, due(j, &format!("f{j}")));
         }
-        let mut counts = HashMap::new();
+        let mut counts = std::collections::HashMap::new();
         for _ in 0..500 {
             let (t, d) = s.take_next().expect("job");
             s.done(&d.destination);

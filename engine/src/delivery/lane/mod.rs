@@ -449,7 +449,8 @@ struct LaneState {
     scheduler: Scheduler,
     held: FastMap<u128, JobRecord>,
     in_flight: FastMap<u128, InFlight>,
-    breakers: FastMap<(String, String), Breaker>,
+    /// Each destination's breaker, by tenant: looked up by `&str` at every attempt, no key built.
+    breakers: FastMap<String, FastMap<String, Breaker>>,
     settle: Vec<Settlement>,
     /// Leased jobs waiting for a free worker, in the scheduler's order.
     ready: std::collections::VecDeque<Started>,
@@ -506,7 +507,12 @@ impl LaneState {
         })?;
         let s = self.ready.remove(i)?;
         if let Some(f) = self.in_flight.get(&s.job.id) {
-            *self.running.entry(f.destination.clone()).or_default() += 1;
+            match self.running.get_mut(&f.destination) {
+                Some(n) => *n += 1,
+                None => {
+                    self.running.insert(f.destination.clone(), 1);
+                }
+            }
         }
         Some(s)
     }

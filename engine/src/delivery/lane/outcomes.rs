@@ -63,7 +63,8 @@ impl DeliveryLane {
         lane.tally.attempt_ms += now - started_ms;
         if let Some(b) = lane
             .breakers
-            .get_mut(&(f.job.tenant.clone(), f.destination.clone()))
+            .get_mut(&f.job.tenant)
+            .and_then(|of_tenant| of_tenant.get_mut(&f.destination))
         {
             let was_closed = matches!(b.state, crate::delivery::breaker::State::Closed { .. });
             b.record(now, outcome.success);

@@ -100,10 +100,20 @@ impl DeliveryLane {
         destination: &str,
         now: i64,
     ) -> Result<Arc<Subscription>, Settled> {
-        let breaker = lane
+        // Looked up by `&str`; the keys are copied only for a new breaker.
+        let breaker = match lane
             .breakers
-            .entry((job.tenant.clone(), destination.to_owned()))
-            .or_insert_with(|| Breaker::new(self.config.breaker));
+            .get_mut(&job.tenant)
+            .and_then(|of_tenant| of_tenant.get_mut(destination))
+        {
+            Some(b) => b,
+            None => lane
+                .breakers
+                .entry(job.tenant.clone())
+                .or_default()
+                .entry(destination.to_owned())
+                .or_insert_with(|| Breaker::new(self.config.breaker)),
+        };
         let partner = sub.as_deref().and_then(|s| s.partner.as_deref()).map(|p| {
             match &self.control.partners {
                 Some(directory) => directory.state(p, now),
