@@ -7,3 +7,14 @@
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 /// A `HashSet` with foldhash.
 pub type FastSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+
+/// Adds one to `key`'s count, copying the key only the first time (a per-job counter must not
+/// allocate a key on every call).
+pub fn count_up(counts: &mut FastMap<String, u32>, key: &str) {
+    match counts.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(key.to_owned(), 1);
+        }
+    }
+}

@@ -8,18 +8,16 @@
 //! It costs a consumer's CPU on the same cores as the hub (a few percent of one core at 9,000
 //! records/s), which the report says.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Message, Offset};
 
 use crate::machine::unix_ms;
-use crate::tally::sent_ms;
+use crate::tally::{sent_ms, Latencies};
 
 /// What the plain consumer saw.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -68,38 +66,19 @@ fn consume_until(
     consumer: &BaseConsumer,
     stop: &AtomicBool,
 ) -> anyhow::Result<Option<BrokerLatency>> {
-    let mut latency_us = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-    let mut worst: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut latencies = Latencies::new()?;
     while !stop.load(Ordering::Acquire) {
         let Some(polled) = consumer.poll(Duration::from_millis(50)) else {
             continue;
         };
         let message = polled.map_err(|e| anyhow::anyhow!("broker latency consumer: {e}"))?;
-        let Some(sent) = message.payload().and_then(sent_ms) else {
-            continue;
-        };
-        // Clocks of one machine; a millisecond's resolution, floored at one microsecond.
-        let waited_us = u64::try_from(unix_ms() - sent).unwrap_or(0).max(1) * 1000;
-        latency_us.saturating_record(waited_us);
-        let second = worst.entry(sent.div_euclid(1000)).or_default();
-        *second = (*second).max(waited_us);
+        if let Some(sent) = message.payload().and_then(sent_ms) {
+            latencies.record(sent, unix_ms());
+        }
     }
-    if latency_us.is_empty() {
-        return Ok(None);
-    }
-    let q = |p: f64| latency_us.value_at_quantile(p) as f64 / 1000.0;
-    Ok(Some(BrokerLatency {
-        records: latency_us.len(),
-        latency_ms: [
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            latency_us.max() as f64 / 1000.0,
-        ],
-        worst_by_sent_second: worst
-            .into_iter()
-            .map(|(s, us)| (s, us as f64 / 1000.0))
-            .collect(),
+    Ok(latencies.summary_ms().map(|latency_ms| BrokerLatency {
+        records: latencies.len(),
+        latency_ms,
+        worst_by_sent_second: latencies.worst_by_sent_second(),
     }))
 }

@@ -28,11 +28,8 @@ pub struct Tally {
     /// Unique deliveries, for the progress sampler.
     delivered: Arc<AtomicU64>,
     seen: Arc<Mutex<Seen>>,
-    latency_us: Arc<Mutex<Histogram<u64>>>,
+    latencies: Arc<Mutex<Latencies>>,
     tenant_latency_us: Arc<Mutex<HashMap<String, Histogram<u64>>>>,
-    /// The worst latency of the events sent in each second (unix seconds): when a tail
-    /// happened, not only how long it was.
-    worst_by_sent_second: Arc<Mutex<std::collections::BTreeMap<i64, u64>>>,
 }
 
 /// The producer's send time in a payload (`"sent_ms":<unix ms>` near its start).
@@ -45,14 +42,80 @@ pub fn sent_ms(body: &[u8]) -> Option<i64> {
     rest[..end].parse().ok()
 }
 
+/// Producer send → arrival latencies, and the worst of the events sent in each second (when a
+/// tail happened, not only how long it was): what the receivers and Kafka alone
+/// (`broker_latency.rs`) both record.
+pub struct Latencies {
+    us: Histogram<u64>,
+    /// Unix second of sending → worst latency (µs).
+    worst: std::collections::BTreeMap<i64, u64>,
+}
+
+impl Latencies {
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            us: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
+            worst: std::collections::BTreeMap::new(),
+        })
+    }
+
+    /// An event sent at `sent_ms` (unix ms) that arrived at `now_ms` (clocks of one machine).
+    pub fn record(&mut self, sent_ms: i64, now_ms: i64) {
+        let us = u64::try_from((now_ms - sent_ms).max(0) * 1000).unwrap_or(0);
+        self.us.saturating_record(us);
+        let second = self.worst.entry(sent_ms.div_euclid(1000)).or_default();
+        *second = (*second).max(us);
+    }
+
+    pub fn len(&self) -> u64 {
+        self.us.len()
+    }
+
+    /// p50, p90, p99, p99.9 and max, in ms.
+    pub fn summary_ms(&self) -> Option<[f64; 5]> {
+        if self.us.is_empty() {
+            return None;
+        }
+        let q = |p: f64| self.us.value_at_quantile(p) as f64 / 1000.0;
+        Some([
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            q(0.999),
+            self.us.max() as f64 / 1000.0,
+        ])
+    }
+
+    /// (percentile, ms) from p0 to p99.99, denser in the tail.
+    pub fn curve_ms(&self) -> Vec<(f64, f64)> {
+        if self.us.is_empty() {
+            return Vec::new();
+        }
+        let mut points: Vec<f64> = (0..=90).map(f64::from).collect();
+        points.extend((1..=9).map(|i| 90.0 + f64::from(i)));
+        points.extend([99.5, 99.9, 99.95, 99.99]);
+        points
+            .into_iter()
+            .map(|p| (p, self.us.value_at_quantile(p / 100.0) as f64 / 1000.0))
+            .collect()
+    }
+
+    /// The worst latency (ms) of the events sent in each second, by unix second.
+    pub fn worst_by_sent_second(&self) -> Vec<(i64, f64)> {
+        self.worst
+            .iter()
+            .map(|(s, us)| (*s, *us as f64 / 1000.0))
+            .collect()
+    }
+}
+
 impl Tally {
     pub fn new() -> anyhow::Result<Self> {
         Ok(Self {
             delivered: Arc::default(),
             seen: Arc::default(),
-            latency_us: Arc::new(Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)),
+            latencies: Arc::new(Mutex::new(Latencies::new()?)),
             tenant_latency_us: Arc::default(),
-            worst_by_sent_second: Arc::default(),
         })
     }
 
@@ -85,13 +148,10 @@ impl Tally {
             *seen.per_tenant.entry(tenant.to_owned()).or_default() += 1;
         }
         let Some(sent) = sent_ms else { return };
-        let us = u64::try_from((crate::machine::unix_ms() - sent).max(0) * 1000).unwrap_or(0);
-        if let Ok(mut hist) = self.latency_us.lock() {
-            let _ = hist.record(us);
-        }
-        if let Ok(mut worst) = self.worst_by_sent_second.lock() {
-            let second = worst.entry(sent.div_euclid(1000)).or_default();
-            *second = (*second).max(us);
+        let now = crate::machine::unix_ms();
+        let us = u64::try_from((now - sent).max(0) * 1000).unwrap_or(0);
+        if let Ok(mut latencies) = self.latencies.lock() {
+            latencies.record(sent, now);
         }
         if let Ok(mut per) = self.tenant_latency_us.lock() {
             if !per.contains_key(tenant) {
@@ -116,40 +176,23 @@ impl Tally {
 
     /// p50, p90, p99, p99.9 and max of end-to-end latency, in ms.
     pub fn latency_ms(&self) -> Option<[f64; 5]> {
-        let h = self.latency_us.lock().ok()?;
-        if h.is_empty() {
-            return None;
-        }
-        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
-        Some([q(0.5), q(0.9), q(0.99), q(0.999), h.max() as f64 / 1000.0])
+        self.latencies.lock().ok()?.summary_ms()
     }
 
     /// The latency distribution: (percentile, ms) from p0 to p99.99, denser in the tail.
     pub fn latency_curve(&self) -> Vec<(f64, f64)> {
-        let Ok(h) = self.latency_us.lock() else {
-            return Vec::new();
-        };
-        if h.is_empty() {
-            return Vec::new();
-        }
-        let mut points: Vec<f64> = (0..=90).map(f64::from).collect();
-        points.extend((1..=9).map(|i| 90.0 + f64::from(i)));
-        points.extend([99.5, 99.9, 99.95, 99.99]);
-        points
-            .into_iter()
-            .map(|p| (p, h.value_at_quantile(p / 100.0) as f64 / 1000.0))
-            .collect()
+        self.latencies
+            .lock()
+            .map(|l| l.curve_ms())
+            .unwrap_or_default()
     }
 
     /// The worst latency (ms) of the events sent in each second, by unix second.
     pub fn worst_by_sent_second(&self) -> Vec<(i64, f64)> {
-        let Ok(worst) = self.worst_by_sent_second.lock() else {
-            return Vec::new();
-        };
-        worst
-            .iter()
-            .map(|(s, us)| (*s, *us as f64 / 1000.0))
-            .collect()
+        self.latencies
+            .lock()
+            .map(|l| l.worst_by_sent_second())
+            .unwrap_or_default()
     }
 
     /// Per tenant: (tenant, deliveries, p50 ms, p99 ms, max ms), most deliveries first.

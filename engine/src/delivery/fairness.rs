@@ -70,16 +70,15 @@ impl Scheduler {
     }
 
     pub fn push(&mut self, tenant: &str, weight: u32, due: Due) {
-        if !self.queues.contains_key(tenant) {
-            let name: Arc<str> = Arc::from(tenant);
-            let queue = TenantQueue {
-                name: name.clone(),
-                ..TenantQueue::default()
-            };
-            self.queues.insert(name, queue);
-        }
-        let Some(q) = self.queues.get_mut(tenant) else {
-            return;
+        let q = match self.queues.get_mut(tenant) {
+            Some(q) => q,
+            None => {
+                let name: Arc<str> = Arc::from(tenant);
+                self.queues.entry(name.clone()).or_insert(TenantQueue {
+                    name,
+                    ..TenantQueue::default()
+                })
+            }
         };
         q.weight = weight.max(1);
         if q.jobs.is_empty() {
@@ -111,8 +110,7 @@ impl Scheduler {
             };
             let due = q.jobs.remove(i)?;
             q.deficit -= 1;
-            let emptied = q.jobs.is_empty();
-            if emptied {
+            if q.jobs.is_empty() {
                 q.deficit = 0;
                 self.rotation.pop_front();
             } else if q.deficit == 0 {
@@ -127,12 +125,7 @@ impl Scheduler {
     /// A job for `destination` runs that did not come through `take_next` (leased by its
     /// ingest batch); `done` ends it like any other.
     pub fn running(&mut self, destination: &str) {
-        match self.in_flight.get_mut(destination) {
-            Some(n) => *n += 1,
-            None => {
-                self.in_flight.insert(destination.to_owned(), 1);
-            }
-        }
+        crate::fast_hash::count_up(&mut self.in_flight, destination);
     }
 
     /// A worker finished (any outcome) a job for `destination`.

@@ -84,6 +84,13 @@ impl Pacing {
 }
 
 /// What a lane does about the store before its next step.
+/// Whether a lane holding `held` of `held_max` jobs has room for a page: under half full, so
+/// a page is worth its read.
+#[must_use]
+pub fn room_to_page(held: usize, held_max: usize) -> bool {
+    held < held_max / 2
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Paging {
     /// Read a page of due jobs.
@@ -111,7 +118,7 @@ impl LastPage {
     /// capped a lane at `held_max` jobs per `poll` (5,120 a second with the defaults) and one
     /// destination at a page of its queue per poll.
     pub fn paging(&self, asked: bool, held: usize, held_max: usize) -> Paging {
-        let room = held < held_max / 2;
+        let room = room_to_page(held, held_max);
         let worked_off = held * 2 <= self.held_after;
         if room && (asked || (self.cut_short && worked_off)) {
             Paging::Page

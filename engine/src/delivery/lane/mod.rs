@@ -201,7 +201,7 @@ impl DeliveryLane {
             recent: RecentlyLeased::new(RECENT_LEASES),
             lanes: self.ownership.lanes_of(self.shard),
             unpublished: Vec::new(),
-            tally: tally::LaneTally::default(),
+            tally: tally::LaneTally::since(crate::clock::now_ms()),
             shard_webhooks: self.config.webhooks_on_shard.then(|| {
                 std::rc::Rc::new(ShardWebhooks::new(
                     self.sinks.webhook.clone(),
@@ -507,12 +507,7 @@ impl LaneState {
         })?;
         let s = self.ready.remove(i)?;
         if let Some(f) = self.in_flight.get(&s.job.id) {
-            match self.running.get_mut(&f.destination) {
-                Some(n) => *n += 1,
-                None => {
-                    self.running.insert(f.destination.clone(), 1);
-                }
-            }
+            crate::fast_hash::count_up(&mut self.running, &f.destination);
         }
         Some(s)
     }

@@ -32,7 +32,7 @@ impl Spilled {
 
     /// Whether to page now for what was left behind (and forget it: the page reads it).
     pub fn page_wanted(&mut self, held: usize, held_max: usize) -> bool {
-        if self.lane && held < held_max / 2 {
+        if self.lane && crate::delivery::pacing::room_to_page(held, held_max) {
             self.lane = false;
             self.room = true;
         }

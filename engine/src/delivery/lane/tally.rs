@@ -35,12 +35,16 @@ pub(super) struct LaneTally {
 }
 
 impl LaneTally {
+    /// A tally whose first window starts at `now_ms`.
+    pub fn since(now_ms: i64) -> Self {
+        Self {
+            since_ms: now_ms,
+            ..Self::default()
+        }
+    }
+
     /// Logs and restarts the tally once its window is over.
     pub fn close(&mut self, shard: usize, held: usize, ready: usize, now_ms: i64) {
-        if self.since_ms == 0 {
-            self.since_ms = now_ms;
-            return;
-        }
         if now_ms - self.since_ms < EVERY_MS {
             return;
         }
@@ -69,9 +73,6 @@ impl LaneTally {
                 "delivery lane tally"
             );
         }
-        *self = Self {
-            since_ms: now_ms,
-            ..Self::default()
-        };
+        *self = Self::since(now_ms);
     }
 }
