@@ -240,6 +240,7 @@ impl DeliveryLane {
                 break;
             }
             if step.is_none() && !stopping {
+                let inline_from = crate::clock::now_ms();
                 let asked = std::mem::take(&mut fetch);
                 match last_page.paging(asked, lane.held.len(), self.config.held_max) {
                     Paging::Page => match self.fetch(&mut lane).await {
@@ -258,6 +259,7 @@ impl DeliveryLane {
                     Paging::KeepHolds => self.keep_lanes(&lane).await,
                     Paging::Nothing => {}
                 }
+                lane.tally.inline(crate::clock::now_ms() - inline_from);
             }
             if step.is_none() {
                 let start = if stopping {
@@ -344,7 +346,9 @@ impl DeliveryLane {
             }
             if pacing.page_due(crate::clock::now_ms()) {
                 fetch = true;
+                let inline_from = crate::clock::now_ms();
                 self.follow_ownership(&mut lane).await;
+                lane.tally.inline(crate::clock::now_ms() - inline_from);
             }
             while let Ok(jobs) = self.handoff.try_recv() {
                 self.take_or_wake(&mut lane, jobs);

@@ -59,8 +59,7 @@ impl DeliveryLane {
             *n = n.saturating_sub(1);
         }
         let now = crate::clock::now_ms();
-        lane.tally.attempts += 1;
-        lane.tally.attempt_ms += now - started_ms;
+        lane.tally.attempt(now - started_ms);
         if let Some(b) = lane
             .breakers
             .get_mut(&f.job.tenant)

@@ -184,7 +184,7 @@ impl DeliveryLane {
         step: StepInFlight,
         written: StepReply,
     ) -> Result<(), StoreError> {
-        lane.tally.step_ms += crate::clock::now_ms() - step.now;
+        lane.tally.step(crate::clock::now_ms() - step.now);
         let outcome = match written {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => {

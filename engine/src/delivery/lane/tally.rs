@@ -23,9 +23,13 @@ pub(super) struct LaneTally {
     pub leased: u64,
     pub settled: u64,
     pub step_ms: i64,
+    pub step_ms_max: i64,
     /// Attempts finished, and the sum of their durations.
     pub attempts: u64,
     pub attempt_ms: i64,
+    pub attempt_ms_max: i64,
+    /// The longest the loop spent on a page or a hold renewal, collecting no attempt meanwhile.
+    pub inline_ms_max: i64,
     /// Rounds of the lane's loop, and those that found every worker busy at their end.
     pub rounds: u64,
     pub rounds_all_busy: u64,
@@ -41,6 +45,24 @@ impl LaneTally {
             since_ms: now_ms,
             ..Self::default()
         }
+    }
+
+    /// Counts a finished attempt that took `ms`.
+    pub fn attempt(&mut self, ms: i64) {
+        self.attempts += 1;
+        self.attempt_ms += ms;
+        self.attempt_ms_max = self.attempt_ms_max.max(ms);
+    }
+
+    /// Counts a written store step that took `ms`.
+    pub fn step(&mut self, ms: i64) {
+        self.step_ms += ms;
+        self.step_ms_max = self.step_ms_max.max(ms);
+    }
+
+    /// Notes how long the loop spent on a page or a hold renewal.
+    pub fn inline(&mut self, ms: i64) {
+        self.inline_ms_max = self.inline_ms_max.max(ms);
     }
 
     /// Logs and restarts the tally once its window is over.
@@ -65,8 +87,11 @@ impl LaneTally {
                 leased = self.leased,
                 settled = self.settled,
                 step_ms_mean = per(self.step_ms, self.steps),
+                step_ms_max = self.step_ms_max,
                 attempts = self.attempts,
                 attempt_ms_mean = per(self.attempt_ms, self.attempts),
+                attempt_ms_max = self.attempt_ms_max,
+                inline_ms_max = self.inline_ms_max,
                 rounds = self.rounds,
                 rounds_all_busy = self.rounds_all_busy,
                 rounds_capped = self.rounds_capped,
@@ -74,5 +99,30 @@ impl LaneTally {
             );
         }
         *self = Self::since(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LaneTally;
+
+    #[test]
+    fn a_window_keeps_the_sums_and_the_longest_attempt_step_and_inline_wait() {
+        let mut t = LaneTally::since(0);
+        for ms in [3, 900, 5] {
+            t.attempt(ms);
+        }
+        t.step(4);
+        t.step(2);
+        t.inline(7);
+        t.inline(1);
+        assert_eq!((t.attempts, t.attempt_ms, t.attempt_ms_max), (3, 908, 900));
+        assert_eq!((t.step_ms, t.step_ms_max, t.inline_ms_max), (6, 4, 7));
+        t.close(0, 0, 0, 5_000);
+        assert_eq!(
+            (t.attempts, t.attempt_ms_max, t.inline_ms_max),
+            (0, 0, 0),
+            "a closed window starts again"
+        );
     }
 }
