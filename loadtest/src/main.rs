@@ -13,6 +13,7 @@ mod http_target;
 mod hub;
 mod kafka;
 mod machine;
+mod profile;
 mod receiver;
 mod report;
 mod run;
@@ -96,6 +97,12 @@ struct Cli {
     /// gives each one's share of the work and its CPU per delivered event.
     #[arg(long, default_value_t = 1)]
     engines: usize,
+    /// Record a perf profile of the hub over the measured phase (at most 10 s; DWARF call
+    /// stacks) and draw it as `flame.svg` beside the report, whose text gets each thread's share
+    /// and the functions the samples stopped in. Needs `perf` and inferno (`scripts/loadtest`
+    /// installs inferno when given this flag).
+    #[arg(long)]
+    profile: bool,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -183,8 +190,12 @@ async fn load_test() -> anyhow::Result<()> {
             .collect(),
         sink: cli.sink,
         engines: cli.engines.max(1),
+        profile: cli.profile.then(|| out.clone()),
         command,
     };
+    if cli.profile {
+        profile::tools_ready()?;
+    }
     anyhow::ensure!(
         args.engines == 1 || matches!(cli.fault, None | Some(faults::Fault::KillEngine)),
         "--fault with several engines is kill-engine:1 (the others are the engine tests' \

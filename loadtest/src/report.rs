@@ -69,6 +69,8 @@ pub struct HubFigures {
     pub store_phases: Vec<PhaseShare>,
     /// A CQL store's requests by statement (empty on the embedded store).
     pub cql_requests: Vec<crate::cql_requests::StatementShare>,
+    /// A perf profile of the measured phase (`--profile`).
+    pub profile: Option<crate::profile::ProfileFigures>,
 }
 
 /// The hub's CPU while the steady rate was produced, and the valid events produced meanwhile.
@@ -530,6 +532,15 @@ impl Report {
             &self.hub.cql_requests,
             &self.hub.counters,
         ));
+        if let Some(p) = &self.hub.profile {
+            // Per event: at the offered rate of a steady run, at the delivery rate of a backlog.
+            let events_per_s = match (&self.scenario.mode, &self.delivery) {
+                (crate::scenario::Mode::Steady, _) => Some(self.scenario.rate as f64),
+                (_, Some(d)) => Some(d.rate),
+                _ => Some(self.hub.durable_rate),
+            };
+            md.push_str(&crate::profile::section(p, events_per_s));
+        }
         let _ = writeln!(
             md,
             "## Produced\n\n| valid | duplicates | malformed | system | total |\n|---|---|---|---|---|\n| {} | {} | {} | {} | {} |",

@@ -11,6 +11,7 @@ use crate::deliver::{self, Destinations, Subscribed};
 use crate::http_target;
 use crate::hub::{self, Hub, HubSpec, Hubs, StoreChoice};
 use crate::kafka::{self, Budget, CommittedReader, ProducedCounts};
+use crate::profile::{ProfileFigures, Profiling};
 use crate::receiver::Receivers;
 use crate::report::{Baseline, Check, DeliveryFigures, HubFigures, PhaseShare, Report, Sample};
 use crate::scenario::{Mode, Scenario};
@@ -51,7 +52,17 @@ pub struct RunArgs {
     pub sink: SinkChoice,
     /// Engines of one group on one keyspace (CQL only); 1 by default.
     pub engines: usize,
+    /// Where a profile of the measured phase goes (`--profile`: the report's directory).
+    pub profile: Option<PathBuf>,
     pub command: String,
+}
+
+/// Starts profiling the first hub when the run asked for it.
+fn profile_from(args: &RunArgs, hub: &Hubs) -> anyhow::Result<Option<Profiling>> {
+    args.profile
+        .as_deref()
+        .map(|dir| Profiling::start(hub.first().pid(), dir))
+        .transpose()
 }
 
 /// Follows the hub's durable progress on its own thread (the committed-offset reads block).
@@ -520,6 +531,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         "--target http needs a steady scenario (a backlog waits in Kafka before the hub starts)"
     );
     let http_acked = Arc::new(AtomicU64::new(0));
+    // The profile covers the measured phase: the drain of a backlog, the paced sending of a
+    // steady run.
+    let profiled: Option<ProfileFigures>;
     let (produced, produce_seconds, hub, samples, drain_after, paced_cpu) = match scenario.mode {
         Mode::Backlog => {
             if scenario.delivery.is_some() {
@@ -548,6 +562,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let t0 = Instant::now();
             let mut hub = Hubs::start(&spec, args.engines)?;
             hub.wait_ready(Duration::from_secs(60)).await?;
+            let profiling = profile_from(&args, &hub)?;
             let reader = CommittedReader::new(&args.kafka, &topic, &group, scenario.partitions)?;
             let sampler = Sampler::start(
                 Box::new(move || reader.committed()),
@@ -563,6 +578,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 expected(&counts, subscribed.as_ref()),
             )
             .await?;
+            profiled = profiling.map(Profiling::finish).transpose()?;
             tokio::time::sleep(Duration::from_millis(2 * SAMPLE_MS)).await;
             (counts, produce_seconds, hub, sampler.finish(), None, None)
         }
@@ -631,6 +647,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 scenario.rate, scenario.duration_s
             );
             let t = Instant::now();
+            let profiling = profile_from(&args, &hub)?;
             let cpu_at_pace = hub_cpu(&hub.pids());
             let base = counts.total;
             let ack_counter = acked.clone();
@@ -648,6 +665,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             )
             .await?;
             let produce_seconds = t.elapsed().as_secs_f64();
+            profiled = profiling.map(Profiling::finish).transpose()?;
             let paced_cpu = cpu_at_pace
                 .zip(hub_cpu(&hub.pids()))
                 .map(|(before, after)| crate::report::PacedCpu {
@@ -825,6 +843,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
             store_phases: phases(&counters),
             cql_requests: crate::cql_requests::shares(&counters),
             counters,
+            profile: profiled,
         },
         delivery,
         checks: Vec::new(),

@@ -1,0 +1,370 @@
+//! A profile of the hub over a run's measured phase (`--profile`, issue 17): `perf record` with
+//! DWARF call stacks on the hub process, folded by `inferno-collapse-perf` and drawn by
+//! `inferno-flamegraph` into `flame.svg` beside the report. The report gets the shares that need
+//! no picture: each thread's part of the samples, and the functions the samples stopped in.
+//!
+//! Beside it, `perf stat` counts the hub's wake-ups over the same window: the syscalls a
+//! shard's reactor makes to sleep and wake (`io_uring_enter`, `membarrier`), the other threads'
+//! (`futex`), the syncs, and the context switches — at a steady rate the hub's cost follows them.
+//!
+//! `scripts/loadtest --profile …` installs inferno into the tool cache; `perf` is the system's.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// Samples per second per core: enough for a few thousand stacks over a phase of seconds, few
+/// enough that `perf script` unwinds them in under a minute.
+const FREQUENCY: u32 = 499;
+/// The longest a profile records: DWARF stacks cost 8 KiB a sample on disk.
+const MOST: Duration = Duration::from_secs(10);
+/// How many of the functions samples stopped in the report lists.
+const TOP: usize = 15;
+/// What `perf stat` counts beside the samples.
+const COUNTED: [&str; 7] = [
+    "syscalls:sys_enter_io_uring_enter",
+    "syscalls:sys_enter_membarrier",
+    "syscalls:sys_enter_futex",
+    "syscalls:sys_enter_fdatasync",
+    "syscalls:sys_enter_write",
+    "syscalls:sys_enter_pwrite64",
+    "context-switches",
+];
+
+/// What the report says of a profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfileFigures {
+    pub seconds: f64,
+    /// Cycles the samples stand for (perf's period), the unit of every share.
+    pub samples: u64,
+    /// The flame graph's file, beside the report.
+    pub svg: String,
+    pub command: String,
+    /// Each thread (by name, digits folded: `shard-0` and `shard-1` stay apart, `tokio-runtime-
+    /// worker` is one) and its share of the samples, largest first.
+    pub threads: Vec<Share>,
+    /// The functions the samples stopped in (self time), largest first.
+    pub functions: Vec<Share>,
+    /// Syscalls and context switches over the same window (`perf stat`), each a count.
+    pub counted: Vec<Share>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Share {
+    pub name: String,
+    pub samples: u64,
+}
+
+/// Says what is missing before a run starts, rather than after it.
+pub fn tools_ready() -> anyhow::Result<()> {
+    for tool in ["perf", "inferno-collapse-perf", "inferno-flamegraph"] {
+        let found = Command::new(tool)
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        anyhow::ensure!(
+            found,
+            "--profile needs `{tool}` on PATH (scripts/loadtest --profile installs inferno)"
+        );
+    }
+    Ok(())
+}
+
+/// `perf record` running on the hub.
+pub struct Profiling {
+    perf: Child,
+    stat: Child,
+    data: PathBuf,
+    dir: PathBuf,
+    started: Instant,
+    command: String,
+}
+
+impl Profiling {
+    /// Starts recording process `pid`; the data and the flame graph go to `dir`.
+    pub fn start(pid: u32, dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let data = dir.join("perf.data");
+        let args = [
+            "record".to_owned(),
+            "-F".to_owned(),
+            FREQUENCY.to_string(),
+            "--call-graph".to_owned(),
+            "dwarf".to_owned(),
+            "-p".to_owned(),
+            pid.to_string(),
+            "-o".to_owned(),
+            data.display().to_string(),
+            "--".to_owned(),
+            "sleep".to_owned(),
+            MOST.as_secs().to_string(),
+        ];
+        let perf = Command::new("perf")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stat = Command::new("perf")
+            .args(["stat", "-x", ",", "-o"])
+            .arg(dir.join("perf-stat.csv"))
+            .args(["-e", &COUNTED.join(","), "-p", &pid.to_string(), "--"])
+            .args(["sleep", &MOST.as_secs().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        eprintln!("[loadtest] profiling the hub (perf, pid {pid})");
+        Ok(Self {
+            perf,
+            stat,
+            data,
+            dir: dir.to_owned(),
+            started: Instant::now(),
+            command: format!("perf {}", args.join(" ")),
+        })
+    }
+
+    /// Stops recording, draws `flame.svg` and counts the shares. The raw data is removed.
+    pub fn finish(mut self) -> anyhow::Result<ProfileFigures> {
+        let seconds = self.started.elapsed().min(MOST).as_secs_f64();
+        for perf in [&mut self.perf, &mut self.stat] {
+            if perf.try_wait()?.is_none() {
+                // perf writes its data out on SIGINT.
+                Command::new("kill")
+                    .args(["-INT", &perf.id().to_string()])
+                    .status()?;
+            }
+            perf.wait()?;
+        }
+        let stat_file = self.dir.join("perf-stat.csv");
+        let counted = counts(&std::fs::read_to_string(&stat_file).unwrap_or_default());
+        let _ = std::fs::remove_file(stat_file);
+        eprintln!("[loadtest] folding the profile's stacks (perf script, inferno)");
+        let script = Command::new("perf")
+            .args(["script", "-i"])
+            .arg(&self.data)
+            .stderr(Stdio::null())
+            .output()?;
+        anyhow::ensure!(script.status.success(), "perf script failed");
+        let folded = pipe("inferno-collapse-perf", &[], &script.stdout)?;
+        let svg = pipe(
+            "inferno-flamegraph",
+            &["--title", "Streaming Hub, measured phase"],
+            &folded,
+        )?;
+        std::fs::write(self.dir.join("flame.svg"), svg)?;
+        // The folded stacks stay for reading with grep (not committed: `.gitignore`).
+        std::fs::write(self.dir.join("stacks.folded"), &folded)?;
+        let _ = std::fs::remove_file(&self.data);
+        let (samples, threads, functions) = shares(&String::from_utf8_lossy(&folded));
+        Ok(ProfileFigures {
+            seconds,
+            samples,
+            svg: "flame.svg".to_owned(),
+            command: std::mem::take(&mut self.command),
+            threads,
+            functions,
+            counted,
+        })
+    }
+}
+
+/// A run that fails part-way stops its profiler too.
+impl Drop for Profiling {
+    fn drop(&mut self) {
+        for perf in [&mut self.perf, &mut self.stat] {
+            if let Ok(None) = perf.try_wait() {
+                let _ = perf.kill();
+                let _ = perf.wait();
+            }
+        }
+    }
+}
+
+/// `perf stat -x ,` lines (`count,unit,event,…`) as counts by event, in `COUNTED`'s order.
+fn counts(csv: &str) -> Vec<Share> {
+    let mut found: HashMap<&str, u64> = HashMap::new();
+    for line in csv.lines().filter(|l| !l.starts_with('#')) {
+        let mut fields = line.split(',');
+        let (Some(count), Some(_unit), Some(event)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if let Ok(n) = count.parse::<u64>() {
+            found.insert(event, n);
+        }
+    }
+    COUNTED
+        .iter()
+        .filter_map(|e| {
+            found.get(e).map(|n| Share {
+                name: e.trim_start_matches("syscalls:sys_enter_").to_owned(),
+                samples: *n,
+            })
+        })
+        .collect()
+}
+
+/// The report's section: the picture's link, how it was made, and the shares.
+pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::new();
+    let pct = |n: u64| 100.0 * n as f64 / p.samples.max(1) as f64;
+    let _ = writeln!(
+        md,
+        "## Where the hub's CPU went (perf)\n\n[Flame graph]({}) of the hub over {:.1} s of the \
+         measured phase, sampled {FREQUENCY} times a second per core, each sample weighed by the \
+         cycles it stands for: `{}`.\n\n| thread | share of cycles |\n|---|---|",
+        p.svg, p.seconds, p.command
+    );
+    for t in &p.threads {
+        let _ = writeln!(md, "| `{}` | {:.1} % |", t.name, pct(t.samples));
+    }
+    let _ = writeln!(
+        md,
+        "\n| function the samples stopped in (self) | share |\n|---|---|"
+    );
+    let _ = writeln!(
+        md,
+        "\n| over the same window (`perf stat`) | per second | per event at {} |\n|---|---|---|",
+        events_per_s.map_or("—".to_owned(), |r| format!("{r:.0}/s"))
+    );
+    for c in &p.counted {
+        let per_s = c.samples as f64 / p.seconds.max(1e-9);
+        let per_event = events_per_s
+            .filter(|r| *r > 0.0)
+            .map_or("—".to_owned(), |r| format!("{:.1}", per_s / r));
+        let _ = writeln!(md, "| `{}` | {per_s:.0} | {per_event} |", c.name);
+    }
+    for f in &p.functions {
+        let _ = writeln!(
+            md,
+            "| `{}` | {:.1} % |",
+            f.name.replace('|', "\\|"),
+            pct(f.samples)
+        );
+    }
+    md.push('\n');
+    md
+}
+
+/// Runs `tool` with `input` on its standard input and returns its output.
+fn pipe(tool: &str, args: &[&str], input: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut child = Command::new(tool)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+    let input = input.to_vec();
+    // Written from a thread of its own: the tool may fill its output before reading all input.
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output()?;
+    writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("{tool}: writer panicked"))??;
+    anyhow::ensure!(out.status.success(), "{tool} failed");
+    Ok(out.stdout)
+}
+
+/// From folded stacks (`thread;outer;…;inner count` a line): the samples, each thread's share
+/// and the self time of the `TOP` functions samples stopped in most.
+fn shares(folded: &str) -> (u64, Vec<Share>, Vec<Share>) {
+    let mut threads: HashMap<String, u64> = HashMap::new();
+    let mut functions: HashMap<String, u64> = HashMap::new();
+    let mut total = 0;
+    for line in folded.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(count) = count.parse::<u64>() else {
+            continue;
+        };
+        total += count;
+        let mut frames = stack.split(';');
+        let thread = frames.next().unwrap_or_default();
+        *threads.entry(thread_kind(thread)).or_default() += count;
+        let inner = stack.rsplit(';').next().unwrap_or_default();
+        *functions.entry(inner.to_owned()).or_default() += count;
+    }
+    (total, largest(threads, usize::MAX), largest(functions, TOP))
+}
+
+/// A thread's name with a trailing number kept only where it tells shards apart.
+fn thread_kind(name: &str) -> String {
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-' || c == '/');
+    if base.contains("shard") {
+        name.to_owned()
+    } else {
+        base.to_owned()
+    }
+}
+
+fn largest(counts: HashMap<String, u64>, most: usize) -> Vec<Share> {
+    let mut all: Vec<Share> = counts
+        .into_iter()
+        .map(|(name, samples)| Share { name, samples })
+        .collect();
+    all.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+    all.truncate(most);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{counts, shares};
+
+    #[test]
+    fn perf_stat_lines_give_counts_in_a_fixed_order_without_comments_or_unsupported_events() {
+        let csv = "# started on a day\n\n\
+                   12,,context-switches,1000,100.00,,\n\
+                   70504,,syscalls:sys_enter_io_uring_enter,1000,100.00,,\n\
+                   <not supported>,,syscalls:sys_enter_membarrier,0,100.00,,\n";
+        let c: Vec<(String, u64)> = counts(csv)
+            .into_iter()
+            .map(|s| (s.name, s.samples))
+            .collect();
+        assert_eq!(
+            c,
+            [
+                ("io_uring_enter".to_owned(), 70504),
+                ("context-switches".to_owned(), 12)
+            ]
+        );
+    }
+
+    #[test]
+    fn folded_stacks_give_each_threads_share_and_the_functions_samples_stopped_in() {
+        let folded = "hub-shard-0;main;attempt;send 30\n\
+                      hub-shard-1;main;attempt;send 10\n\
+                      tokio-runtime-w;run;poll 5\n\
+                      hub-commit;write;fdatasync 20\n\
+                      not a line\n";
+        let (total, threads, functions) = shares(folded);
+        assert_eq!(total, 65);
+        let t: Vec<(&str, u64)> = threads
+            .iter()
+            .map(|s| (s.name.as_str(), s.samples))
+            .collect();
+        assert_eq!(
+            t,
+            [
+                ("hub-shard-0", 30),
+                ("hub-commit", 20),
+                ("hub-shard-1", 10),
+                ("tokio-runtime-w", 5)
+            ]
+        );
+        assert_eq!(functions[0].name, "send");
+        assert_eq!(functions[0].samples, 40);
+        assert_eq!(functions[1].name, "fdatasync");
+    }
+}
