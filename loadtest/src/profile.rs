@@ -226,10 +226,6 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
     }
     let _ = writeln!(
         md,
-        "\n| function the samples stopped in (self) | share |\n|---|---|"
-    );
-    let _ = writeln!(
-        md,
         "\n| over the same window (`perf stat`) | per second | per event at {} |\n|---|---|---|",
         events_per_s.map_or("—".to_owned(), |r| format!("{r:.0}/s"))
     );
@@ -240,6 +236,10 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
             .map_or("—".to_owned(), |r| format!("{:.1}", per_s / r));
         let _ = writeln!(md, "| `{}` | {per_s:.0} | {per_event} |", c.name);
     }
+    let _ = writeln!(
+        md,
+        "\n| function the samples stopped in (self) | share |\n|---|---|"
+    );
     for f in &p.functions {
         let _ = writeln!(
             md,
@@ -320,7 +320,28 @@ fn largest(counts: HashMap<String, u64>, most: usize) -> Vec<Share> {
 
 #[cfg(test)]
 mod tests {
-    use super::{counts, shares};
+    use super::{counts, section, shares, ProfileFigures, Share};
+
+    #[test]
+    fn the_section_gives_threads_then_counts_per_event_then_functions() {
+        let share = |name: &str, samples| Share {
+            name: name.to_owned(),
+            samples,
+        };
+        let p = ProfileFigures {
+            seconds: 10.0,
+            samples: 200,
+            svg: "flame.svg".to_owned(),
+            command: "perf record".to_owned(),
+            threads: vec![share("hub-shard-1", 150), share("log-commit", 50)],
+            functions: vec![share("a|b", 20)],
+            counted: vec![share("io_uring_enter", 70_000)],
+        };
+        let md = section(&p, Some(500.0));
+        let at = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s} missing in {md}"));
+        assert!(at("| `hub-shard-1` | 75.0 % |") < at("| `io_uring_enter` | 7000 | 14.0 |"));
+        assert!(at("| `io_uring_enter` | 7000 | 14.0 |") < at("| `a\\|b` | 10.0 % |"));
+    }
 
     #[test]
     fn perf_stat_lines_give_counts_in_a_fixed_order_without_comments_or_unsupported_events() {
