@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-
 use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use uuid::Uuid;

@@ -72,4 +72,3 @@ impl ValueFormatter for CpuMicros {
         "ns"
     }
 }
-

@@ -39,7 +39,8 @@ pub enum ErrorClass {
     Rejected,
     /// The event is larger than the destination accepts (SQS, EventBridge: 256 KiB).
     PayloadTooLarge,
-    /// The destination refused the message as malformed (an AWS validation error).
+    /// The destination refused the message as malformed (an AWS validation error), or the event
+    /// cannot be put in the destination's form (an attribute that is no valid HTTP header value).
     InvalidMessage,
     /// The destination asks the hub to slow down.
     Throttled,

@@ -22,7 +22,7 @@ use crate::destination::{refused_because, DestinationPolicy, DnsResolver, Resolv
 use crate::model::SinkKind;
 
 use self::signature::{headers as signature_headers, SigningKey};
-use reqwest::header::{HeaderName, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
 /// The names of R-DI-5's headers (and W3C trace context), checked at compile time: an HTTP/1
 /// name is case-insensitive and goes out in lower case whatever it is written as.
@@ -191,10 +191,11 @@ impl WebhookClient {
             Ok(r) => r,
             Err(refused) => return refused,
         };
-        let mut req = self.http.post(request.url).timeout(a.timeout);
-        for (name, value) in request.headers {
-            req = req.header(name, value);
-        }
+        let req = self
+            .http
+            .post(request.url)
+            .timeout(a.timeout)
+            .headers(request.headers);
         let resp = match req.body(a.body.clone()).send().await {
             Ok(r) => r,
             Err(e) => return classify_error(&e, started.elapsed()),
@@ -210,7 +211,7 @@ impl WebhookClient {
 #[derive(Debug)]
 pub struct Prepared {
     pub url: reqwest::Url,
-    pub headers: Vec<(HeaderName, String)>,
+    pub headers: HeaderMap,
 }
 
 /// Checks the endpoint (an http(s) URL; an address literal against R-SEC-2 here, since it never
@@ -223,7 +224,7 @@ pub fn prepare(
     let url = checked_endpoint(policy, a.endpoint)?;
     Ok(Prepared {
         url,
-        headers: attempt_headers(a, keys),
+        headers: attempt_headers(a, keys, Uuid::now_v7())?,
     })
 }
 
@@ -258,34 +259,58 @@ pub fn checked_endpoint(
     Ok(url)
 }
 
-/// An attempt's headers (R-DI-5), its signatures (R-DI-12) included.
-pub fn attempt_headers(a: &Attempt<'_>, keys: &Keys) -> Vec<(HeaderName, String)> {
+/// The headers of one attempt (R-DI-5; R-DI-12's signatures, both during a rotation's overlap),
+/// `delivery_id` its `X-Lerian-Delivery-Id` (new for every attempt; the same if one attempt's
+/// request is sent again). Each value is made once, in the map the request takes. An event
+/// attribute that is not a valid header value (a control character in `tracestate`, say) refuses
+/// the attempt for good: no retry can mend the event.
+pub fn attempt_headers(
+    a: &Attempt<'_>,
+    keys: &Keys,
+    delivery_id: Uuid,
+) -> Result<HeaderMap, Outcome> {
     let event_id = a.event_id.to_string();
-    let mut headers = vec![
-        (
-            CONTENT_TYPE,
-            a.content_type.unwrap_or("application/json").to_owned(),
-        ),
-        (EVENT_ID, event_id.clone()),
-        (DELIVERY_ID, Uuid::now_v7().to_string()),
-        (EVENT_TYPE, a.event_key.to_owned()),
-        (EVENT_SOURCE, a.source.to_owned()),
-        (TENANT_ID, a.tenant.to_owned()),
-        (SCHEMA_VERSION, a.schema_version.to_owned()),
-    ];
-    for (name, value) in [(TRACEPARENT, a.traceparent), (TRACESTATE, a.tracestate)] {
-        if let Some(v) = value {
-            headers.push((name, v.to_owned()));
-        }
-    }
-    headers.extend(signature_headers(
+    let signatures = signature_headers(
         &keys.current,
         keys.previous.as_ref(),
         &event_id,
         a.unix_s,
         &a.body,
-    ));
-    headers
+    );
+    let mut headers = HeaderMap::with_capacity(16);
+    let content_type = match a.content_type {
+        None => HeaderValue::from_static("application/json"),
+        Some(t) => header_value(&CONTENT_TYPE, t.to_owned())?,
+    };
+    headers.insert(CONTENT_TYPE, content_type);
+    let attributes = [
+        (EVENT_ID, Some(event_id)),
+        (DELIVERY_ID, Some(delivery_id.to_string())),
+        (EVENT_TYPE, Some(a.event_key.to_owned())),
+        (EVENT_SOURCE, Some(a.source.to_owned())),
+        (TENANT_ID, Some(a.tenant.to_owned())),
+        (SCHEMA_VERSION, Some(a.schema_version.to_owned())),
+        (TRACEPARENT, a.traceparent.map(str::to_owned)),
+        (TRACESTATE, a.tracestate.map(str::to_owned)),
+    ];
+    let present = attributes
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value?)));
+    for (name, value) in present.chain(signatures) {
+        let value = header_value(&name, value)?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// `value` as the value of header `name`, taken without a copy.
+fn header_value(name: &HeaderName, value: String) -> Result<HeaderValue, Outcome> {
+    HeaderValue::try_from(value).map_err(|_| {
+        Outcome::refused(
+            ErrorClass::InvalidMessage,
+            format!("the event's {name} is not a valid HTTP header value"),
+        )
+    })
 }
 
 /// The addresses `host` resolves to, refused whole when one is an address R-SEC-2 forbids (unless
@@ -477,6 +502,46 @@ mod tests {
             allow: ["127.0.0.1".to_owned()].into_iter().collect(),
         };
         WebhookClient::new(Arc::new(policy)).expect("client")
+    }
+
+    #[tokio::test]
+    async fn r_tr_5_a_tracestate_that_is_no_header_value_refuses_the_attempt_for_good_unsent() {
+        let (addr, hits) = answering(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()).await;
+        let endpoint = format!("http://{addr}/hook");
+        let mut a = attempt(&endpoint);
+        a.tracestate = Some("vendor=a\u{1}b");
+        let outcome = loopback_allowed().send(&a, &keys()).await;
+        assert_eq!(
+            outcome.error_class,
+            Some(ErrorClass::InvalidMessage),
+            "{outcome:?}"
+        );
+        assert!(outcome.is_permanent(), "no retry can mend the event");
+        assert!(outcome.detail.contains("tracestate"), "{outcome:?}");
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn r_di_5_an_attempts_request_made_again_carries_the_same_ids_and_signatures() {
+        let a = attempt("http://127.0.0.1:1/hook");
+        let delivery = Uuid::now_v7();
+        let first = attempt_headers(&a, &keys(), delivery).expect("headers");
+        let again = attempt_headers(&a, &keys(), delivery).expect("headers");
+        assert_eq!(first, again);
+        assert_eq!(
+            first.get(DELIVERY_ID).and_then(|v| v.to_str().ok()),
+            Some(delivery.to_string().as_str())
+        );
+        assert_eq!(
+            first.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+            Some("application/json")
+        );
+        let other = attempt_headers(&a, &keys(), Uuid::now_v7()).expect("headers");
+        assert_ne!(
+            first.get(DELIVERY_ID),
+            other.get(DELIVERY_ID),
+            "a new attempt, a new id"
+        );
     }
 
     #[tokio::test]

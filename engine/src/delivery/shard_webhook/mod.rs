@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::future::{select, Either};
 use http_body_util::Full;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
@@ -18,6 +19,7 @@ use hub_core::sink::webhook::{
     answered, attempt_headers, body_prefix, checked_addresses, checked_endpoint, short, Attempt,
     Keys, WebhookClient, MAX_RESPONSE_BODY,
 };
+use hyper::header::{HeaderValue, HOST, USER_AGENT};
 
 use crate::fast_hash::FastMap;
 use crate::runtime::http::{connect, ConnectFailed, Connection, Origin, ShardHttp};
@@ -149,20 +151,22 @@ impl ShardWebhooks {
             Ok(t) => t,
             Err(refused) => return refused,
         };
-        let headers = attempt_headers(a, keys);
-        let (url, origin) = (&target.url, &target.origin);
-        let request = || {
-            let mut request = hyper::Request::post(target.path.clone())
-                .header("host", target.host.clone())
-                .header("user-agent", "lerian-streaming-hub");
-            for (name, value) in &headers {
-                request = request.header(name, value.as_str());
-            }
-            request.body(Full::new(a.body.clone()))
+        // Kept for a second send of this attempt's request: the same ids, signed alike.
+        let delivery_id = uuid::Uuid::now_v7();
+        let request = || -> Result<hyper::Request<Full<Bytes>>, Outcome> {
+            let mut headers = attempt_headers(a, keys, delivery_id)?;
+            headers.insert(HOST, target.host.clone());
+            headers.insert(USER_AGENT, HeaderValue::from_static("lerian-streaming-hub"));
+            let mut request = hyper::Request::new(Full::new(a.body.clone()));
+            *request.method_mut() = hyper::Method::POST;
+            *request.uri_mut() = target.path.clone();
+            *request.headers_mut() = headers;
+            Ok(request)
         };
+        let (url, origin) = (&target.url, &target.origin);
         let first = match request() {
             Ok(r) => r,
-            Err(e) => return Outcome::refused(ErrorClass::InvalidEndpoint, e.to_string()),
+            Err(refused) => return refused,
         };
         let connection = match self.http.take_idle(origin) {
             Some(c) => c,
@@ -181,8 +185,9 @@ impl ShardWebhooks {
             // request crossed): once more, on a new connection. If the destination did take
             // the request, it sees the event twice, as at-least-once allows (same ids).
             if reused && closed_under(failed) {
-                let Ok(request) = request() else {
-                    return sending_failed(failed, started.elapsed());
+                let request = match request() {
+                    Ok(r) => r,
+                    Err(refused) => return refused,
                 };
                 answer = match self.open(origin, url).await {
                     Ok(fresh) => {
