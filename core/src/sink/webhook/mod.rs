@@ -261,15 +261,16 @@ pub fn checked_endpoint(
 
 /// The headers of one attempt (R-DI-5; R-DI-12's signatures, both during a rotation's overlap),
 /// `delivery_id` its `X-Lerian-Delivery-Id` (new for every attempt; the same if one attempt's
-/// request is sent again). Each value is made once, in the map the request takes. An event
-/// attribute that is not a valid header value (a control character in `tracestate`, say) refuses
-/// the attempt for good: no retry can mend the event.
+/// request is sent again). Each value is copied once, from the event, into the map the request
+/// takes. An event attribute that is not a valid header value (a control character in
+/// `tracestate`, say) refuses the attempt for good: no retry can mend the event.
 pub fn attempt_headers(
     a: &Attempt<'_>,
     keys: &Keys,
     delivery_id: Uuid,
 ) -> Result<HeaderMap, Outcome> {
     let event_id = a.event_id.to_string();
+    let delivery_id = delivery_id.to_string();
     let signatures = signature_headers(
         &keys.current,
         keys.previous.as_ref(),
@@ -280,32 +281,35 @@ pub fn attempt_headers(
     let mut headers = HeaderMap::with_capacity(16);
     let content_type = match a.content_type {
         None => HeaderValue::from_static("application/json"),
-        Some(t) => header_value(&CONTENT_TYPE, t.to_owned())?,
+        Some(t) => header_value(&CONTENT_TYPE, t)?,
     };
     headers.insert(CONTENT_TYPE, content_type);
     let attributes = [
-        (EVENT_ID, Some(event_id)),
-        (DELIVERY_ID, Some(delivery_id.to_string())),
-        (EVENT_TYPE, Some(a.event_key.to_owned())),
-        (EVENT_SOURCE, Some(a.source.to_owned())),
-        (TENANT_ID, Some(a.tenant.to_owned())),
-        (SCHEMA_VERSION, Some(a.schema_version.to_owned())),
-        (TRACEPARENT, a.traceparent.map(str::to_owned)),
-        (TRACESTATE, a.tracestate.map(str::to_owned)),
+        (EVENT_ID, Some(event_id.as_str())),
+        (DELIVERY_ID, Some(delivery_id.as_str())),
+        (EVENT_TYPE, Some(a.event_key)),
+        (EVENT_SOURCE, Some(a.source)),
+        (TENANT_ID, Some(a.tenant)),
+        (SCHEMA_VERSION, Some(a.schema_version)),
+        (TRACEPARENT, a.traceparent),
+        (TRACESTATE, a.tracestate),
     ];
-    let present = attributes
-        .into_iter()
-        .filter_map(|(name, value)| Some((name, value?)));
-    for (name, value) in present.chain(signatures) {
-        let value = header_value(&name, value)?;
+    for (name, value) in attributes {
+        if let Some(value) = value {
+            let value = header_value(&name, value)?;
+            headers.append(name, value);
+        }
+    }
+    for (name, value) in signatures {
+        let value = header_value(&name, &value)?;
         headers.append(name, value);
     }
     Ok(headers)
 }
 
-/// `value` as the value of header `name`, taken without a copy.
-fn header_value(name: &HeaderName, value: String) -> Result<HeaderValue, Outcome> {
-    HeaderValue::try_from(value).map_err(|_| {
+/// `value` as the value of header `name`: one exact-size copy, straight from the event's text.
+fn header_value(name: &HeaderName, value: &str) -> Result<HeaderValue, Outcome> {
+    HeaderValue::from_str(value).map_err(|_| {
         Outcome::refused(
             ErrorClass::InvalidMessage,
             format!("the event's {name} is not a valid HTTP header value"),
