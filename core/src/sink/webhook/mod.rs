@@ -263,7 +263,9 @@ pub fn checked_endpoint(
 /// `delivery_id` its `X-Lerian-Delivery-Id` (new for every attempt; the same if one attempt's
 /// request is sent again). Each value is copied once, from the event, into the map the request
 /// takes. An event attribute that is not a valid header value (a control character in
-/// `tracestate`, say) refuses the attempt for good: no retry can mend the event.
+/// `ce-schemaversion`, say, which the verdict lets through) refuses the attempt for good: no
+/// retry can mend the event. A trace context that is not one is left out instead (R-TR-5: W3C
+/// Trace Context discards what it cannot parse).
 pub fn attempt_headers(
     a: &Attempt<'_>,
     keys: &Keys,
@@ -291,12 +293,17 @@ pub fn attempt_headers(
         (EVENT_SOURCE, Some(a.source)),
         (TENANT_ID, Some(a.tenant)),
         (SCHEMA_VERSION, Some(a.schema_version)),
-        (TRACEPARENT, a.traceparent),
-        (TRACESTATE, a.tracestate),
     ];
     for (name, value) in attributes {
         if let Some(value) = value {
             let value = header_value(&name, value)?;
+            headers.append(name, value);
+        }
+    }
+    // A trace context that cannot travel as a header is left out, the event sent (W3C Trace
+    // Context discards what it cannot parse).
+    for (name, value) in [(TRACEPARENT, a.traceparent), (TRACESTATE, a.tracestate)] {
+        if let Some(Ok(value)) = value.map(HeaderValue::from_str) {
             headers.append(name, value);
         }
     }
@@ -509,11 +516,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn r_tr_5_a_tracestate_that_is_no_header_value_refuses_the_attempt_for_good_unsent() {
+    async fn r_di_5_an_attribute_that_is_no_header_value_refuses_the_attempt_for_good_unsent() {
         let (addr, hits) = answering(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()).await;
         let endpoint = format!("http://{addr}/hook");
         let mut a = attempt(&endpoint);
-        a.tracestate = Some("vendor=a\u{1}b");
+        a.schema_version = "1.0\u{1}";
         let outcome = loopback_allowed().send(&a, &keys()).await;
         assert_eq!(
             outcome.error_class,
@@ -521,8 +528,21 @@ mod tests {
             "{outcome:?}"
         );
         assert!(outcome.is_permanent(), "no retry can mend the event");
-        assert!(outcome.detail.contains("tracestate"), "{outcome:?}");
+        assert!(outcome.detail.contains("schema-version"), "{outcome:?}");
         assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn r_tr_5_a_trace_context_that_is_no_header_value_is_left_out_and_the_rest_is_sent() {
+        let mut a = attempt("http://127.0.0.1:1/hook");
+        a.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        a.tracestate = Some("vendor=a\u{1}b");
+        let headers = attempt_headers(&a, &keys(), Uuid::now_v7()).expect("sent");
+        assert_eq!(
+            headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()),
+            a.traceparent
+        );
+        assert!(headers.get(TRACESTATE).is_none());
     }
 
     #[test]
