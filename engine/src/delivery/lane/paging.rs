@@ -144,15 +144,20 @@ impl DeliveryLane {
         }
         let sub = self.subs.get(&job.tenant, job.subscription);
         let destination = destination_of(sub.as_deref());
-        let holding = lane
-            .held_per_destination
-            .entry(destination.clone())
-            .or_default();
-        if *holding >= crate::delivery::fairness::holding_cap(self.config.held_max) {
+        let holding = lane.held_per_destination.get(destination.as_str());
+        if holding.copied().unwrap_or(0)
+            >= crate::delivery::fairness::holding_cap(self.config.held_max)
+        {
             lane.spilled.destination(&destination);
             return false;
         }
-        *holding += 1;
+        // The destination's name is copied only the first time it is held.
+        match lane.held_per_destination.get_mut(destination.as_str()) {
+            Some(n) => *n += 1,
+            None => {
+                lane.held_per_destination.insert(destination.clone(), 1);
+            }
+        }
         let weight = weight_of(sub.as_ref().and_then(|s| s.plan_tier.as_deref()));
         lane.scheduler.push(
             &job.tenant,
