@@ -10,7 +10,8 @@ mod shards;
 
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
 pub use shards::{
-    spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh, ShardRuntimeError, SHARD_PREEMPT,
+    run_on_own_executor, spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh,
+    ShardRuntimeError, SHARD_PREEMPT,
 };
 
 /// Sleeps on the current shard's timer (glommio). Only for code running on a shard.

@@ -176,22 +176,19 @@ fn on_a_shard_trusting(
     };
     let client =
         WebhookClient::with_resolver(Arc::new(policy), Arc::new(Loopback)).expect("client");
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .spawn(move || async move {
-            let webhooks = ShardWebhooks::trusting(client, bridge, Some(tls));
-            let mut outcomes = Vec::new();
-            for endpoint in &endpoints {
-                outcomes.push(
-                    webhooks
-                        .send(&attempt(endpoint, timeout), &super::fixture::keys())
-                        .await,
-                );
-            }
-            outcomes
-        })
-        .expect("executor")
-        .join()
-        .expect("join")
+    crate::runtime::run_on_own_executor(move || async move {
+        let webhooks = ShardWebhooks::trusting(client, bridge, Some(tls));
+        let mut outcomes = Vec::new();
+        for endpoint in &endpoints {
+            outcomes.push(
+                webhooks
+                    .send(&attempt(endpoint, timeout), &super::fixture::keys())
+                    .await,
+            );
+        }
+        outcomes
+    })
+    .expect("the shard")
 }
 
 const SECOND: Duration = Duration::from_secs(5);
@@ -245,24 +242,21 @@ fn r_di_5_idle_connections_to_origins_not_asked_again_are_let_go() {
     };
     let client =
         WebhookClient::with_resolver(Arc::new(policy), Arc::new(Loopback)).expect("client");
-    let (kept, left) = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .spawn(move || async move {
-            let webhooks = ShardWebhooks::trusting(client, bridge, None);
-            for addr in [a, b] {
-                let endpoint = format!("http://{addr}/in");
-                let outcome =
-                    (webhooks.send(&attempt(&endpoint, SECOND), &super::fixture::keys())).await;
-                assert!(outcome.success, "{outcome:?}");
-            }
-            let kept = webhooks.http.origins_kept();
-            webhooks
-                .http
-                .sweep(std::time::Instant::now() + Duration::from_secs(91));
-            (kept, webhooks.http.origins_kept())
-        })
-        .expect("executor")
-        .join()
-        .expect("join");
+    let (kept, left) = crate::runtime::run_on_own_executor(move || async move {
+        let webhooks = ShardWebhooks::trusting(client, bridge, None);
+        for addr in [a, b] {
+            let endpoint = format!("http://{addr}/in");
+            let outcome =
+                (webhooks.send(&attempt(&endpoint, SECOND), &super::fixture::keys())).await;
+            assert!(outcome.success, "{outcome:?}");
+        }
+        let kept = webhooks.http.origins_kept();
+        webhooks
+            .http
+            .sweep(std::time::Instant::now() + Duration::from_secs(91));
+        (kept, webhooks.http.origins_kept())
+    })
+    .expect("the shard");
     assert_eq!(kept, 2, "one kept connection per origin");
     assert_eq!(left, 0, "none once idle past their time");
 }
