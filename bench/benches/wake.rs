@@ -36,12 +36,12 @@ fn parked_shard(c: &mut Criterion<CpuTime>) {
             }
         })
     });
-    c.bench_function("wake/parked_glommio_shard_round_trip", |b| {
-        b.iter(|| {
-            to_shard.send_blocking(1).expect("the shard runs");
-            from_shard.recv().expect("the shard answers")
-        });
-    });
+    round_trips(
+        c,
+        "wake/parked_glommio_shard_round_trip",
+        |n| to_shard.send_blocking(n).expect("the shard runs"),
+        || from_shard.recv().expect("the shard answers"),
+    );
     drop(to_shard);
     let _ = shard.join();
 }
@@ -56,14 +56,29 @@ fn parked_thread(c: &mut Criterion<CpuTime>) {
             }
         }
     });
-    c.bench_function("wake/parked_thread_round_trip", |b| {
-        b.iter(|| {
-            to_thread.send(1).expect("the thread runs");
-            from_thread.recv().expect("the thread answers")
-        });
-    });
+    round_trips(
+        c,
+        "wake/parked_thread_round_trip",
+        |n| to_thread.send(n).expect("the thread runs"),
+        || from_thread.recv().expect("the thread answers"),
+    );
     drop(to_thread);
     let _ = thread.join();
+}
+
+/// One round trip a measured iteration: hand the parked side a message, block for its answer.
+fn round_trips(
+    c: &mut Criterion<CpuTime>,
+    name: &str,
+    mut hand: impl FnMut(u64),
+    mut answer: impl FnMut() -> u64,
+) {
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            hand(1);
+            answer()
+        });
+    });
 }
 
 criterion_group! {

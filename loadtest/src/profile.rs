@@ -39,7 +39,7 @@ const COUNTED: [&str; 7] = [
 pub struct ProfileFigures {
     pub seconds: f64,
     /// Cycles the samples stand for (perf's period), the unit of every share.
-    pub samples: u64,
+    pub cycles: u64,
     /// The flame graph's file, beside the report.
     pub svg: String,
     pub command: String,
@@ -48,14 +48,22 @@ pub struct ProfileFigures {
     pub threads: Vec<Share>,
     /// The functions the samples stopped in (self time), largest first.
     pub functions: Vec<Share>,
-    /// Syscalls and context switches over the same window (`perf stat`), each a count.
-    pub counted: Vec<Share>,
+    /// Syscalls and context switches over the same window (`perf stat`).
+    pub counted: Vec<Counted>,
 }
 
+/// A thread's or a function's part of the profile, in the cycles its samples stand for.
 #[derive(Debug, Clone, Serialize)]
 pub struct Share {
     pub name: String,
-    pub samples: u64,
+    pub cycles: u64,
+}
+
+/// How many times an event happened over the profiled window (`perf stat`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Counted {
+    pub name: String,
+    pub count: u64,
 }
 
 /// Says what is missing before a run starts, rather than after it.
@@ -160,10 +168,10 @@ impl Profiling {
         // The folded stacks stay for reading with grep (not committed: `.gitignore`).
         std::fs::write(self.dir.join("stacks.folded"), &folded)?;
         let _ = std::fs::remove_file(&self.data);
-        let (samples, threads, functions) = shares(&String::from_utf8_lossy(&folded));
+        let (cycles, threads, functions) = shares(&String::from_utf8_lossy(&folded));
         Ok(ProfileFigures {
             seconds,
-            samples,
+            cycles,
             svg: "flame.svg".to_owned(),
             command: std::mem::take(&mut self.command),
             threads,
@@ -186,7 +194,7 @@ impl Drop for Profiling {
 }
 
 /// `perf stat -x ,` lines (`count,unit,event,…`) as counts by event, in `COUNTED`'s order.
-fn counts(csv: &str) -> Vec<Share> {
+fn counts(csv: &str) -> Vec<Counted> {
     let mut found: HashMap<&str, u64> = HashMap::new();
     for line in csv.lines().filter(|l| !l.starts_with('#')) {
         let mut fields = line.split(',');
@@ -201,9 +209,9 @@ fn counts(csv: &str) -> Vec<Share> {
     COUNTED
         .iter()
         .filter_map(|e| {
-            found.get(e).map(|n| Share {
+            found.get(e).map(|n| Counted {
                 name: e.trim_start_matches("syscalls:sys_enter_").to_owned(),
-                samples: *n,
+                count: *n,
             })
         })
         .collect()
@@ -213,7 +221,7 @@ fn counts(csv: &str) -> Vec<Share> {
 pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
     use std::fmt::Write as _;
     let mut md = String::new();
-    let pct = |n: u64| 100.0 * n as f64 / p.samples.max(1) as f64;
+    let pct = |n: u64| 100.0 * n as f64 / p.cycles.max(1) as f64;
     let _ = writeln!(
         md,
         "## Where the hub's CPU went (perf)\n\n[Flame graph]({}) of the hub over {:.1} s of the \
@@ -222,7 +230,7 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
         p.svg, p.seconds, p.command
     );
     for t in &p.threads {
-        let _ = writeln!(md, "| `{}` | {:.1} % |", t.name, pct(t.samples));
+        let _ = writeln!(md, "| `{}` | {:.1} % |", t.name, pct(t.cycles));
     }
     let _ = writeln!(
         md,
@@ -230,7 +238,7 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
         events_per_s.map_or("—".to_owned(), |r| format!("{r:.0}/s"))
     );
     for c in &p.counted {
-        let per_s = c.samples as f64 / p.seconds.max(1e-9);
+        let per_s = c.count as f64 / p.seconds.max(1e-9);
         let per_event = events_per_s
             .filter(|r| *r > 0.0)
             .map_or("—".to_owned(), |r| format!("{:.1}", per_s / r));
@@ -245,7 +253,7 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
             md,
             "| `{}` | {:.1} % |",
             f.name.replace('|', "\\|"),
-            pct(f.samples)
+            pct(f.cycles)
         );
     }
     md.push('\n');
@@ -275,7 +283,7 @@ fn pipe(tool: &str, args: &[&str], input: &[u8]) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// From folded stacks (`thread;outer;…;inner count` a line): the samples, each thread's share
+/// From folded stacks (`thread;outer;…;inner cycles` a line): the total cycles, each thread's share
 /// and the self time of the `TOP` functions samples stopped in most.
 fn shares(folded: &str) -> (u64, Vec<Share>, Vec<Share>) {
     let mut threads: HashMap<String, u64> = HashMap::new();
@@ -311,31 +319,34 @@ fn thread_kind(name: &str) -> String {
 fn largest(counts: HashMap<String, u64>, most: usize) -> Vec<Share> {
     let mut all: Vec<Share> = counts
         .into_iter()
-        .map(|(name, samples)| Share { name, samples })
+        .map(|(name, cycles)| Share { name, cycles })
         .collect();
-    all.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+    all.sort_by(|a, b| b.cycles.cmp(&a.cycles).then_with(|| a.name.cmp(&b.name)));
     all.truncate(most);
     all
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{counts, section, shares, ProfileFigures, Share};
+    use super::{counts, section, shares, Counted, ProfileFigures, Share};
 
     #[test]
     fn the_section_gives_threads_then_counts_per_event_then_functions() {
-        let share = |name: &str, samples| Share {
+        let share = |name: &str, cycles| Share {
             name: name.to_owned(),
-            samples,
+            cycles,
         };
         let p = ProfileFigures {
             seconds: 10.0,
-            samples: 200,
+            cycles: 200,
             svg: "flame.svg".to_owned(),
             command: "perf record".to_owned(),
             threads: vec![share("hub-shard-1", 150), share("log-commit", 50)],
             functions: vec![share("a|b", 20)],
-            counted: vec![share("io_uring_enter", 70_000)],
+            counted: vec![Counted {
+                name: "io_uring_enter".to_owned(),
+                count: 70_000,
+            }],
         };
         let md = section(&p, Some(500.0));
         let at = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s} missing in {md}"));
@@ -349,10 +360,7 @@ mod tests {
                    12,,context-switches,1000,100.00,,\n\
                    70504,,syscalls:sys_enter_io_uring_enter,1000,100.00,,\n\
                    <not supported>,,syscalls:sys_enter_membarrier,0,100.00,,\n";
-        let c: Vec<(String, u64)> = counts(csv)
-            .into_iter()
-            .map(|s| (s.name, s.samples))
-            .collect();
+        let c: Vec<(String, u64)> = counts(csv).into_iter().map(|s| (s.name, s.count)).collect();
         assert_eq!(
             c,
             [
@@ -373,7 +381,7 @@ mod tests {
         assert_eq!(total, 65);
         let t: Vec<(&str, u64)> = threads
             .iter()
-            .map(|s| (s.name.as_str(), s.samples))
+            .map(|s| (s.name.as_str(), s.cycles))
             .collect();
         assert_eq!(
             t,
@@ -385,7 +393,7 @@ mod tests {
             ]
         );
         assert_eq!(functions[0].name, "send");
-        assert_eq!(functions[0].samples, 40);
+        assert_eq!(functions[0].cycles, 40);
         assert_eq!(functions[1].name, "fdatasync");
     }
 }
