@@ -124,12 +124,18 @@ fn validate<'a>(
 ) -> Result<CloudEvent<'a>, QuarantineReason> {
     use QuarantineReason as R;
     let text = |attr: Attr| -> Result<Option<&'a str>, QuarantineReason> {
-        match ce.get(attr) {
-            None => Ok(None),
-            Some(bytes) if bytes.len() > limits.max_header_bytes => Err(R::OversizedHeader(attr)),
-            Some(bytes) => std::str::from_utf8(bytes)
-                .map(Some)
-                .map_err(|_| R::NonUtf8Header(attr)),
+        let Some(bytes) = ce.get(attr) else {
+            return Ok(None);
+        };
+        if bytes.len() > limits.max_header_bytes {
+            return Err(R::OversizedHeader(attr));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| R::NonUtf8Header(attr))?;
+        match has_control_character(text) {
+            false => Ok(Some(text)),
+            // W3C Trace Context: what cannot be parsed is discarded and the event goes on.
+            true if !attr.prefixed() => Ok(None),
+            true => Err(R::ControlCharacter(attr)),
         }
     };
     let required = |attr: Attr| text(attr)?.ok_or(R::Missing(attr));
@@ -189,6 +195,16 @@ fn validate<'a>(
         traceparent: text(Attr::TraceParent)?,
         tracestate: text(Attr::TraceState)?,
     })
+}
+
+/// Whether `text` holds a character CloudEvents disallows in a string: the C0 controls, DEL and
+/// the C1 controls (U+0080–U+009F, `0xC2 0x80`–`0xC2 0x9F` in UTF-8).
+fn has_control_character(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().any(|&b| b < 0x20 || b == 0x7f)
+        || bytes
+            .windows(2)
+            .any(|pair| pair[0] == 0xc2 && (0x80..=0x9f).contains(&pair[1]))
 }
 
 /// The longest tenant id accepted.

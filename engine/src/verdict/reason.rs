@@ -80,6 +80,10 @@ pub enum QuarantineReason {
     OversizedHeader(Attr),
     /// A context attribute is not valid UTF-8.
     NonUtf8Header(Attr),
+    /// A context attribute holds a control character (U+0000–U+001F, U+007F–U+009F), which
+    /// CloudEvents disallows in a string and which no HTTP header, AMQP or SQS attribute of a
+    /// delivery could carry. The trace context is the exception: it is left out instead.
+    ControlCharacter(Attr),
     /// A required context attribute is absent (or has a null value).
     Missing(Attr),
     /// `ce-specversion` is not `1.0`.
@@ -118,6 +122,7 @@ impl QuarantineReason {
             R::OversizedValue => "oversized_value",
             R::OversizedHeader(_) => "oversized_header",
             R::NonUtf8Header(_) => "non_utf8_header",
+            R::ControlCharacter(_) => "control_character",
             R::Missing(Attr::TenantId) => "missing_tenant",
             R::Missing(_) => "missing_attribute",
             R::UnsupportedSpecVersion => "unsupported_specversion",
@@ -138,7 +143,10 @@ impl QuarantineReason {
     /// The attribute concerned, when there is one (stored as the reason's detail).
     pub fn attr(self) -> Option<Attr> {
         match self {
-            Self::OversizedHeader(a) | Self::NonUtf8Header(a) | Self::Missing(a) => Some(a),
+            Self::OversizedHeader(a)
+            | Self::NonUtf8Header(a)
+            | Self::ControlCharacter(a)
+            | Self::Missing(a) => Some(a),
             _ => None,
         }
     }
@@ -153,10 +161,11 @@ impl QuarantineReason {
     }
 
     /// Every reason code, for metric registration (a counter exists even while zero).
-    pub const CODES: [&'static str; 17] = [
+    pub const CODES: [&'static str; 18] = [
         "oversized_value",
         "oversized_header",
         "non_utf8_header",
+        "control_character",
         "missing_tenant",
         "missing_attribute",
         "unsupported_specversion",

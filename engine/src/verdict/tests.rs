@@ -140,8 +140,42 @@ fn r_in_4_missing_or_blank_tenant_is_quarantined_as_missing_tenant() {
     }
     assert_eq!(
         reason(&with(lerian(), "ce-tenantid", Some(b"t\n1"))),
-        Some(QuarantineReason::InvalidTenant)
+        Some(QuarantineReason::ControlCharacter(Attr::TenantId))
     );
+}
+
+/// CloudEvents disallows the control characters in a string attribute, and none could travel
+/// in a delivery's headers: such a record is malformed, quarantined at ingest rather than
+/// stored and then refused at its first attempt.
+#[test]
+fn r_in_4_a_control_character_in_an_attribute_is_quarantined_with_its_attribute() {
+    let cases: [(&str, &[u8]); 6] = [
+        ("ce-schemaversion", b"1.0\r\nx-injected: 1"),
+        ("ce-datacontenttype", b"application/json\x00"),
+        ("ce-subject", b"loan\t123"),
+        ("ce-dataschema", b"https://x/\x7f"),
+        ("ce-subject", "loan\u{85}".as_bytes()),
+        ("ce-specversion", b"1.0\n"),
+    ];
+    for (key, value) in cases {
+        let r = reason(&with(lerian(), key, Some(value))).expect("quarantined");
+        assert_eq!(r.code(), "control_character", "{key}");
+        assert_eq!(r.attr().map(|a| a.name()), Some(&key[3..]), "{key}");
+    }
+    // Other characters outside ASCII are no control characters.
+    let h = with(lerian(), "ce-subject", Some("empréstimo-€".as_bytes()));
+    assert!(matches!(judge_on("lender", &h, 1), Verdict::Accept(_)));
+}
+
+/// W3C Trace Context discards a trace context it cannot parse; the event goes on without it.
+#[test]
+fn r_tr_5_a_trace_context_with_a_control_character_is_left_out_and_the_event_accepted() {
+    let h = with(lerian(), "traceparent", Some(b"00-4bf9\n-01"));
+    let h = with(h, "tracestate", Some(b"k=v\x01"));
+    let Verdict::Accept(event) = judge_on("lender", &h, 1) else {
+        panic!("accepted");
+    };
+    assert_eq!((event.traceparent, event.tracestate), (None, None));
 }
 
 #[test]

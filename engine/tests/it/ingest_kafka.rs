@@ -219,6 +219,7 @@ async fn fifty_thousand_mixed_records(backend: Backend, taken: Taken) {
         "id_not_uuidv7",
         "type_source_mismatch",
         "non_utf8_header",
+        "control_character",
         "oversized_value",
     ] {
         let want = produced

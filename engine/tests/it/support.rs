@@ -370,7 +370,7 @@ pub async fn produce_workload(
                 ));
                 continue;
             } else if roll < 7 {
-                let kind = i % 5;
+                let kind = i % 6;
                 let mut h = valid_headers(source, &tenant);
                 let mut value = b"{}".to_vec();
                 let reason = match kind {
@@ -393,6 +393,14 @@ pub async fn produce_workload(
                     3 => {
                         set(&mut h, "ce-tenantid", vec![0xff, 0xfe, 0x00]);
                         "non_utf8_header"
+                    }
+                    4 => {
+                        set(
+                            &mut h,
+                            "ce-datacontenttype",
+                            b"application/json\r\nx-injected: 1".to_vec(),
+                        );
+                        "control_character"
                     }
                     _ => {
                         value = vec![b'x'; 70_000];
