@@ -86,10 +86,13 @@ pub struct HubConfig {
     /// Metadata refresh, which bounds how fast a new topic is picked up.
     /// Env `STREAMING_HUB_KAFKA_METADATA_REFRESH_MS`. Default 10000.
     pub kafka_metadata_refresh_ms: u32,
-    /// How much librdkafka may prefetch ahead of the shards, in KiB (its consumer queue and
-    /// the most one fetch may bring): memory the hub holds for records not yet judged. Lower
-    /// saves memory and costs ingest speed: 16 MiB took the embedded ingest-backlog from 118 k to
-    /// 54 k records/s (issue 17). Env `STREAMING_HUB_KAFKA_PREFETCH_KIB`. Default 65536.
+    /// How much librdkafka may prefetch ahead of the shards, in KiB, **per partition** while
+    /// each shard takes its own partitions (librdkafka bounds each partition's queue; for the
+    /// one consumer queue when `kafka_partitions_on_shards` is off): memory the hub holds for
+    /// records not yet judged, so an engine holding N partitions may hold N times this. Lower
+    /// saves memory and costs ingest speed over a backlog (issue 17, 8 partitions: 2 MiB 185 k,
+    /// 8 MiB 269–367 k records/s; a million-record backlog peaked at 512 MiB RSS with 4 MiB,
+    /// 707 with 8, 1,088 with 64). Env `STREAMING_HUB_KAFKA_PREFETCH_KIB`. Default 8192.
     pub kafka_prefetch_kib: u32,
     /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
     /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.
@@ -215,7 +218,7 @@ impl Default for HubConfig {
             kafka_instance_id: None,
             kafka_sources: Default::default(),
             kafka_metadata_refresh_ms: 10_000,
-            kafka_prefetch_kib: 64 << 10,
+            kafka_prefetch_kib: 8 << 10,
             kafka_session_timeout_ms: 45_000,
             shards: 0,
             shard_queue: 8192,
