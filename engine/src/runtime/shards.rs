@@ -250,6 +250,29 @@ mod tests {
         assert_eq!(outputs, vec![0, 10]);
     }
 
+    /// Pinned shards get a CPU each, all different; unpinned, or more shards than CPUs, none.
+    #[test]
+    fn r_di_2_pinned_shards_each_get_their_own_cpu_and_unpinned_ones_none() {
+        let cpus = CpuSet::online().map_or(1, |set| set.len());
+        let pinned = shard_placements(true, cpus);
+        let mut fixed: Vec<usize> = pinned
+            .iter()
+            .filter_map(|p| match p {
+                Placement::Fixed(cpu) => Some(*cpu),
+                _ => None,
+            })
+            .collect();
+        fixed.sort_unstable();
+        fixed.dedup();
+        assert_eq!(fixed.len(), cpus, "one distinct CPU per shard: {pinned:?}");
+        for placements in [
+            shard_placements(false, cpus),
+            shard_placements(true, cpus + 1),
+        ] {
+            assert!(placements.iter().all(|p| matches!(p, Placement::Unbound)));
+        }
+    }
+
     /// Pinned shards that talk over the mesh and end, again and again: glommio's teardown of an
     /// executor freed memory its eventfd read could still land in, which glibc's allocator
     /// (this test's) reports by aborting the process at a thread's exit. Before the executors
