@@ -121,40 +121,58 @@ where
             .io_memory(config.io_memory)
             .preempt_timer(config.preempt);
         let make = make.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("hub-shard-{}", index + 1))
-            .spawn(move || {
-                // Called here, so `make` and what it holds are dropped after the executor
-                // stopped: a mesh builder dropped inside the running executor corrupted the
-                // heap in the test below (glommio's mesh; the hub does not use it).
-                let work = make(ShardId(index));
-                run_shard(executor, async move {
-                    // Detached: the shard ends with its own future.
-                    glommio::spawn_local(take_nudges(nudged)).detach();
-                    work.await
-                })
-            });
+        let spawned = start_shard(format!("hub-shard-{}", index + 1), executor, move || {
+            let work = make(ShardId(index));
+            async move {
+                // Detached: the shard ends with its own future.
+                glommio::spawn_local(take_nudges(nudged)).detach();
+                work.await
+            }
+        });
         match spawned {
             Ok(thread) => threads.push(thread),
             Err(e) => {
                 done.store(true, Ordering::Release);
-                return Err(ShardRuntimeError::Glommio(e.to_string()));
+                return Err(e);
             }
         }
     }
-    let joined: Vec<_> = threads.into_iter().map(|thread| thread.join()).collect();
+    let joined: Vec<_> = threads.into_iter().map(joined).collect();
     done.store(true, Ordering::Release);
-    joined
-        .into_iter()
-        .enumerate()
-        .map(|(index, joined)| {
-            joined.unwrap_or_else(|_| {
-                Err(ShardRuntimeError::Glommio(format!(
-                    "shard {index} panicked"
-                )))
-            })
+    joined.into_iter().collect()
+}
+
+/// A shard's thread, its output once joined.
+type ShardThread<T> = std::thread::JoinHandle<Result<T, ShardRuntimeError>>;
+
+/// Starts thread `name` running `make()`'s future on `executor` (`run_shard`). `make` is called
+/// on that thread before the executor starts, so it and what it holds are dropped after the
+/// executor stopped: a mesh builder dropped inside the running executor corrupted the heap in
+/// the test below (glommio's mesh; the hub does not use it).
+fn start_shard<T, F>(
+    name: String,
+    executor: LocalExecutorBuilder,
+    make: impl FnOnce() -> F + Send + 'static,
+) -> Result<ShardThread<T>, ShardRuntimeError>
+where
+    F: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let work = make();
+            run_shard(executor, work)
         })
-        .collect()
+        .map_err(|e| ShardRuntimeError::Glommio(e.to_string()))
+}
+
+/// A shard's output, or a panic on its thread as an error.
+fn joined<T>(thread: ShardThread<T>) -> Result<T, ShardRuntimeError> {
+    let name = thread.thread().name().unwrap_or("a shard").to_owned();
+    thread
+        .join()
+        .unwrap_or_else(|_| Err(ShardRuntimeError::Glommio(format!("{name} panicked"))))
 }
 
 /// Where each shard runs: spread over the online CPUs (distinct cores before siblings), or
@@ -217,15 +235,7 @@ where
     T: Send + 'static,
 {
     let executor = LocalExecutorBuilder::new(Placement::Unbound);
-    std::thread::Builder::new()
-        .name("hub-shard-own".into())
-        .spawn(move || {
-            let work = make();
-            run_shard(executor, work)
-        })
-        .map_err(|e| ShardRuntimeError::Glommio(e.to_string()))?
-        .join()
-        .unwrap_or_else(|_| Err(ShardRuntimeError::Glommio("the shard panicked".into())))
+    joined(start_shard("hub-shard-own".into(), executor, make)?)
 }
 
 #[cfg(test)]

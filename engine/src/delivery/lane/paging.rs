@@ -144,15 +144,14 @@ impl DeliveryLane {
         }
         let sub = self.subs.get(&job.tenant, job.subscription);
         let destination = destination_of(sub.as_deref());
-        let holding = lane.held_per_destination.get(destination.as_str());
-        if holding.copied().unwrap_or(0)
-            >= crate::delivery::fairness::holding_cap(self.config.held_max)
-        {
+        let cap = crate::delivery::fairness::holding_cap(self.config.held_max);
+        let holding = lane.held_per_destination.get_mut(destination.as_str());
+        if holding.as_deref().copied().unwrap_or(0) >= cap {
             lane.spilled.destination(&destination);
             return false;
         }
-        // The destination's name is copied only the first time it is held.
-        match lane.held_per_destination.get_mut(destination.as_str()) {
+        // One lookup; the destination's name is copied only the first time it is held.
+        match holding {
             Some(n) => *n += 1,
             None => {
                 lane.held_per_destination.insert(destination.clone(), 1);
