@@ -262,6 +262,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             group_id: config.kafka_group.clone(),
             metadata_refresh_ms: config.kafka_metadata_refresh_ms,
             prefetch_kib: config.kafka_prefetch_kib,
+            prefetch_records: config.kafka_prefetch_records,
             session_timeout_ms: config.kafka_session_timeout_ms,
             instance_id: config.kafka_instance_id.clone(),
             security: config.kafka_security.clone(),

@@ -56,6 +56,7 @@ enum Command {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    hub_engine::runtime::allocator::tune();
     hub_control::config::init_logs(hub_control::config::LogTo::Stderr)?;
     let cli = Cli::parse();
     let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;

@@ -7,6 +7,7 @@ use hub_engine::config::HubConfig;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    hub_engine::runtime::allocator::tune();
     hub_control::config::init_logs(hub_control::config::LogTo::Stdout)?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let file = match args.as_slice() {

@@ -41,6 +41,9 @@ pub struct KafkaSettings {
     /// per partition when each shard takes its own partitions, for the whole consumer when the
     /// consumer thread routes.
     pub prefetch_kib: u32,
+    /// The same bound in records (`queued.min.messages`: librdkafka fetches for a partition while
+    /// its queue holds fewer records than this and fewer bytes than `prefetch_kib`).
+    pub prefetch_records: u32,
     /// Static membership (`group.instance.id`): a restarted engine with the same id gets its
     /// partitions back at once instead of after the session timeout.
     pub instance_id: Option<String>,
@@ -215,6 +218,10 @@ pub fn consumer(
         // one queue when the consumer thread routes), and one fetch's reply (50 MiB by default,
         // more than the queue).
         .set("queued.max.messages.kbytes", prefetch_kib.to_string())
+        .set(
+            "queued.min.messages",
+            settings.prefetch_records.max(1).to_string(),
+        )
         // A partition whose queue reached its bound is fetched again this soon after it
         // drains, not after librdkafka's default second: with a bound of a few MiB per
         // partition that second, not the hub, set the ingest rate (issue 17: 84 k against

@@ -4,6 +4,7 @@
 //! glommio's last release is 0.9 (2024): every use of it stays behind this module, so a move to
 //! another thread-per-core runtime touches one folder.
 
+pub mod allocator;
 mod bridge;
 pub mod http;
 mod shards;

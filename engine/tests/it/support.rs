@@ -588,6 +588,7 @@ pub fn member_settings(what: &str) -> hub_engine::ingest::kafka::KafkaSettings {
         metadata_refresh_ms: 1_000,
         session_timeout_ms: 6_000,
         prefetch_kib: 64 << 10,
+        prefetch_records: 100_000,
         instance_id: None,
         security: Default::default(),
         sources: Default::default(),
