@@ -162,7 +162,7 @@ pub(super) fn replay(
             subscription,
             job: letter.job.id,
         });
-        if tx.state.jobs.contains_key(&letter.job.id) {
+        if tx.state.jobs.contains_key(letter.job.id) {
             continue;
         }
         let job = letter.job.revived(now_ms);
@@ -201,7 +201,7 @@ pub(super) fn due_jobs(
         let mut entries = (due.range(..=(now_ms, u64::MAX, u64::MAX)))
             .map(job_of)
             .filter(|id| !skip.contains(id))
-            .filter_map(|id| state.jobs.get(&id).map(|entry| (id, entry)));
+            .filter_map(|id| state.jobs.get(id).map(|entry| (id, entry)));
         let jobs = entries.by_ref().take(want);
         page.jobs
             .extend(jobs.map(|(id, entry)| state.record(id, entry)));

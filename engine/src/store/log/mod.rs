@@ -15,6 +15,7 @@
 mod committer;
 mod delivery;
 mod job_entry;
+mod job_map;
 #[cfg(test)]
 mod lease_tests;
 mod record;

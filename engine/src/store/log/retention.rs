@@ -135,7 +135,7 @@ pub(super) fn drop_spent_segments(tx: &mut Tx<'_>) -> Result<(), StoreError> {
 fn carry_forward(tx: &mut Tx<'_>, seg: u32) -> Result<(), StoreError> {
     let jobs: Vec<_> = (tx.state.jobs.iter())
         .filter(|(_, e)| e.seg == seg)
-        .filter_map(|(id, _)| tx.state.job(*id))
+        .filter_map(|(id, _)| tx.state.job(id))
         .collect();
     for (job, leased) in jobs {
         tx.change(Change::Job { job, leased });

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub(super) use super::job_entry::JobEntry;
+use super::job_map::JobMap;
 use super::record::{Change, Loc};
 use super::seq_index::SeqIndex;
 use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
@@ -84,8 +85,7 @@ pub(super) struct State {
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → the event's `seq` and
     /// the segment of the mark's record.
     pub lasting_marks: BTreeMap<(i64, String, u128), (u64, u32)>,
-    /// Boxed: a map of a million grows by doubling, and empty slots then cost a pointer each.
-    pub jobs: Map<u128, Box<JobEntry>>,
+    pub jobs: JobMap,
     /// Queue names by number (a job names its queue by number); a number is freed with its
     /// queue's last job.
     queue_keys: Vec<QueueKey>,
@@ -297,7 +297,7 @@ impl State {
 
     /// Job `id` as stored, and whether it is leased.
     pub fn job(&self, id: u128) -> Option<(JobRecord, bool)> {
-        let entry = self.jobs.get(&id)?;
+        let entry = self.jobs.get(id)?;
         Some((self.record(id, entry), entry.leased))
     }
 
@@ -322,11 +322,11 @@ impl State {
 
     fn put_job(&mut self, job: JobRecord, leased: bool, seg: u32) {
         let id = job.id;
-        if let Some(entry) = self.jobs.get_mut(&id) {
+        if let Some(entry) = self.jobs.get_mut(id) {
             // A rewrite (lease, retry, recovery): same queue, so its number and box are kept
             // and only its place in the queue moves.
             let before = due_key(entry.due_at_ms, id);
-            **entry = JobEntry::new(job, entry.queue, leased, seg);
+            *entry = JobEntry::new(job, entry.queue, leased, seg);
             let after = due_key(entry.due_at_ms, id);
             if before != after {
                 let queue = self.queues.get_mut(&self.queue_keys[entry.queue as usize]);
@@ -356,7 +356,7 @@ impl State {
     }
 
     fn remove_job(&mut self, id: u128) {
-        if let Some(gone) = self.jobs.remove(&id) {
+        if let Some(gone) = self.jobs.remove(id) {
             self.unqueue(&gone, id);
         }
     }
@@ -400,10 +400,10 @@ impl State {
     pub fn release_leases(&mut self, now_ms: i64) -> usize {
         let leased: Vec<u128> = (self.jobs.iter())
             .filter(|(_, e)| e.leased)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in &leased {
-            let Some(entry) = self.jobs.get_mut(id) else {
+            let Some(entry) = self.jobs.get_mut(*id) else {
                 continue;
             };
             let before = entry.due_at_ms;

@@ -111,7 +111,7 @@ pub(super) fn ingest(
         for sub in batch.matches.get(i).map_or(&[][..], |m| m.0.as_slice()) {
             let job =
                 JobRecord::created(event, seq, *sub, batch.lane).leased_until(batch.lease_until_ms);
-            if !tx.state.jobs.contains_key(&job.id) {
+            if !tx.state.jobs.contains_key(job.id) {
                 let leased = batch.lease_until_ms.is_some();
                 tx.change(Change::Job { job, leased });
             }
