@@ -21,7 +21,7 @@ const ALLOW_THP: mi_option_t = 43;
 /// How long freed memory stays resident before it goes back to the kernel: a tenth of a
 /// second, where mimalloc's default is a second. Immediate purging (0) cost 20–25 % more CPU
 /// in ingest (an `madvise` per freed page run); a tenth of a second cost nothing measurable.
-pub const PURGE_DELAY_MS: c_long = 100;
+const PURGE_DELAY_MS: c_long = 100;
 
 /// Sets the hub's allocator defaults: the purge delay above, and no transparent huge pages. An
 /// operator's `MIMALLOC_PURGE_DELAY` or `MIMALLOC_ALLOW_THP` still wins: mimalloc read those when
@@ -44,16 +44,9 @@ pub fn tune() {
     }
 }
 
-/// The purge delay in force, as mimalloc reads it.
-#[allow(unsafe_code)]
-pub fn purge_delay_ms() -> c_long {
-    // SAFETY: reads mimalloc's option table.
-    unsafe { mi_option_get(PURGE_DELAY) }
-}
-
 /// Whether mimalloc may use transparent huge pages (only if an operator asked for them).
 #[allow(unsafe_code)]
-pub fn huge_pages_allowed() -> bool {
+fn huge_pages_allowed() -> bool {
     // SAFETY: reads mimalloc's option table.
     unsafe { mi_option_get(ALLOW_THP) != 0 }
 }
@@ -61,6 +54,13 @@ pub fn huge_pages_allowed() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The purge delay in force, as mimalloc reads it.
+    #[allow(unsafe_code)]
+    fn purge_delay_ms() -> c_long {
+        // SAFETY: reads mimalloc's option table.
+        unsafe { mi_option_get(PURGE_DELAY) }
+    }
 
     /// Whether the kernel's THP-disable flag is set for this process.
     #[allow(unsafe_code)]

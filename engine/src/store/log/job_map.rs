@@ -9,21 +9,22 @@
 
 use super::state::{JobEntry, Map};
 
-/// A job id as two `u64`s (8-byte aligned).
-type Key = (u64, u64);
+/// A job id as two `u64`s (8-byte aligned), the form the indexes keep it in (here and in the
+/// queues' due keys).
+pub(super) type Halves = (u64, u64);
 
-fn key(id: u128) -> Key {
+pub(super) fn halves(id: u128) -> Halves {
     ((id >> 64) as u64, id as u64)
 }
 
-fn id_of(key: &Key) -> u128 {
-    (u128::from(key.0) << 64) | u128::from(key.1)
+pub(super) fn whole((high, low): Halves) -> u128 {
+    (u128::from(high) << 64) | u128::from(low)
 }
 
 /// The jobs by id.
 #[derive(Debug, Default)]
 pub(super) struct JobMap {
-    map: Map<Key, Box<JobEntry>>,
+    map: Map<Halves, Box<JobEntry>>,
 }
 
 impl JobMap {
@@ -32,28 +33,28 @@ impl JobMap {
     }
 
     pub fn contains_key(&self, id: u128) -> bool {
-        self.map.contains_key(&key(id))
+        self.map.contains_key(&halves(id))
     }
 
     pub fn get(&self, id: u128) -> Option<&JobEntry> {
-        self.map.get(&key(id)).map(|entry| &**entry)
+        self.map.get(&halves(id)).map(|entry| &**entry)
     }
 
     pub fn get_mut(&mut self, id: u128) -> Option<&mut JobEntry> {
-        self.map.get_mut(&key(id)).map(|entry| &mut **entry)
+        self.map.get_mut(&halves(id)).map(|entry| &mut **entry)
     }
 
     pub fn insert(&mut self, id: u128, entry: Box<JobEntry>) {
-        self.map.insert(key(id), entry);
+        self.map.insert(halves(id), entry);
     }
 
     pub fn remove(&mut self, id: u128) -> Option<Box<JobEntry>> {
-        self.map.remove(&key(id))
+        self.map.remove(&halves(id))
     }
 
     /// Every job, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (u128, &JobEntry)> {
-        (self.map.iter()).map(|(key, entry)| (id_of(key), &**entry))
+        (self.map.iter()).map(|(key, entry)| (whole(*key), &**entry))
     }
 }
 
@@ -100,6 +101,6 @@ mod tests {
 
     #[test]
     fn r_di_8_a_job_slot_is_24_bytes() {
-        assert_eq!(std::mem::size_of::<(Key, Box<JobEntry>)>(), 24);
+        assert_eq!(std::mem::size_of::<(Halves, Box<JobEntry>)>(), 24);
     }
 }

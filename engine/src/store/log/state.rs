@@ -13,7 +13,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub(super) use super::job_entry::JobEntry;
-use super::job_map::JobMap;
+use super::job_map::{halves, whole, JobMap};
 use super::record::{Change, Loc};
 use super::seq_index::SeqIndex;
 use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
@@ -64,12 +64,13 @@ impl Queue {
 }
 
 pub(super) fn due_key(due_at_ms: i64, id: u128) -> DueKey {
-    (due_at_ms, (id >> 64) as u64, id as u64)
+    let (high, low) = halves(id);
+    (due_at_ms, high, low)
 }
 
 /// The job id of a place in a queue.
 pub(super) fn job_of(key: &DueKey) -> u128 {
-    (u128::from(key.1) << 64) | u128::from(key.2)
+    whole((key.1, key.2))
 }
 
 #[derive(Debug, Default)]
