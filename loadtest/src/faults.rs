@@ -158,8 +158,8 @@ pub struct FaultReport {
 }
 
 /// Most attempts made and not yet recorded at once under the engine's settings (`LaneConfig`):
-/// a lane's leased jobs (`workers × rounds`) plus the finished ones inside the step being
-/// written (as many again).
+/// each shard's lane starts none while `2 × workers × rounds` of them wait to be written
+/// (`hub_engine::delivery::pacing::may_start`), however many jobs it holds leased.
 fn unrecorded_at_once(store: StoreChoice, env: &[(String, String)]) -> u64 {
     let setting = |k: &str, default: u64| {
         env.iter()

@@ -4,8 +4,8 @@
 //! Each step is one fsynced transaction, and at low rates the commit, not the work in it, is
 //! what a delivery costs. Outcomes therefore wait a little (`linger`) for the next lease to
 //! carry them, while leases never wait: a job starts as soon as a worker is free. Waiting
-//! outcomes only widen the window in which a crash repeats an attempt already made, and that
-//! window stays within the jobs the lane holds leased.
+//! outcomes widen the window in which a crash repeats an attempt already made, so a lane starts
+//! no attempt while [`unrecorded_max`] of them wait to be written.
 //!
 //! The page is a deadline, not a sleep restarted on every wake-up: a lane busy with attempts
 //! still pages retries coming due every `poll`.
@@ -83,7 +83,24 @@ impl Pacing {
     }
 }
 
-/// What a lane does about the store before its next step.
+/// Most attempts a lane may have made whose outcomes are not yet written (running, waiting,
+/// or in the step being written): a crash repeats at most these. Twice what the lane leases
+/// ahead, a step's worth being written and as many finished meanwhile, which the lease cap
+/// alone keeps to; but jobs ingest leased for an idle lane (`FreshLeases`) come on top of that
+/// cap, and while a slow store step was written a lane worked through all of them (1,523
+/// repeats after one kill on CQL where at most 1,024 were expected).
+#[must_use]
+pub fn unrecorded_max(workers: u32, lease_ahead: u32) -> usize {
+    2 * (workers as usize) * (lease_ahead as usize)
+}
+
+/// Whether a lane with `running` attempts and `unwritten` outcomes not yet durable may start
+/// one more attempt on a free worker.
+#[must_use]
+pub fn may_start(running: usize, unwritten: usize, workers: u32, lease_ahead: u32) -> bool {
+    running < workers as usize && running + unwritten < unrecorded_max(workers, lease_ahead)
+}
+
 /// Whether a lane holding `held` of `held_max` jobs has room for a page: under half full, so
 /// a page is worth its read.
 #[must_use]
@@ -181,6 +198,20 @@ mod tests {
             "a step in flight will carry them"
         );
         assert_eq!(p.sleep_ms(false, 90), 1, "never a busy loop");
+    }
+
+    #[test]
+    fn r_di_8_a_lane_stops_starting_attempts_while_too_many_outcomes_wait_to_be_written() {
+        let (workers, ahead) = (8, 32);
+        assert_eq!(unrecorded_max(workers, ahead), 512);
+        assert!(may_start(0, 0, workers, ahead));
+        assert!(!may_start(8, 0, workers, ahead), "every worker is busy");
+        assert!(may_start(7, 504, workers, ahead));
+        assert!(
+            !may_start(7, 505, workers, ahead),
+            "a crash now would repeat 512 attempts already"
+        );
+        assert!(!may_start(0, 600, workers, ahead));
     }
 
     fn page(cut_short: bool, held_after: usize) -> LastPage {

@@ -37,7 +37,7 @@ use super::autodisable::{Policy, Streak};
 use super::breaker::{Breaker, BreakerConfig};
 use super::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use super::fairness::{weight_of, Due, Scheduler};
-use super::pacing::{LastPage, Pacing, Paging};
+use super::pacing::{may_start, LastPage, Pacing, Paging};
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
 use crate::fast_hash::FastMap;
@@ -275,7 +275,7 @@ impl DeliveryLane {
                     pacing.settles_waiting(false, now);
                 }
             }
-            self.refill(&mut lane, &mut attempts);
+            self.refill(&mut lane, &mut attempts, step.as_ref());
             // Wait for the step, an attempt, jobs from ingest, a nudge, the page or the linger.
             let sleep = pacing.sleep_ms(step.is_some(), crate::clock::now_ms());
             let next_done = async {
@@ -361,7 +361,7 @@ impl DeliveryLane {
             while let Some(Some(d)) = futures::FutureExt::now_or_never(attempts.next()) {
                 self.finished(&mut lane, d);
             }
-            self.refill(&mut lane, &mut attempts);
+            self.refill(&mut lane, &mut attempts, step.as_ref());
             self.report_lag(&mut lane, attempts.len());
             self.count_round(&mut lane, attempts.len());
             let idle = lane.held.is_empty() && lane.ready.is_empty();
@@ -381,11 +381,19 @@ impl DeliveryLane {
         }
     }
 
-    /// Starts attempts for leased jobs while workers are free (R-DI-3 cap per destination).
-    /// A job of a lane this process no longer holds is not started (the fence: its next holder
-    /// found it due and delivers it).
-    fn refill(&self, lane: &mut LaneState, attempts: &mut FuturesUnordered<AttemptFuture>) {
-        while attempts.len() < self.config.workers as usize {
+    /// Starts attempts for leased jobs while workers are free (R-DI-3 cap per destination) and
+    /// fewer than `pacing::unrecorded_max` outcomes, with those of the step `writing`, wait to
+    /// be written. A job of a lane this process no longer holds is not started (the fence: its
+    /// next holder found it due and delivers it).
+    fn refill(
+        &self,
+        lane: &mut LaneState,
+        attempts: &mut FuturesUnordered<AttemptFuture>,
+        writing: Option<&StepInFlight>,
+    ) {
+        let unwritten = lane.settle.len() + writing.map_or(0, |s| s.kept.len());
+        let (workers, ahead) = (self.config.workers, self.config.lease_ahead);
+        while may_start(attempts.len(), unwritten, workers, ahead) {
             let Some(s) = lane.next_ready(self.config.workers) else {
                 break;
             };
