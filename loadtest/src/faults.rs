@@ -318,23 +318,39 @@ impl Ctx<'_> {
         self.subscribed.checked_deliveries(self.tally)
     }
 
-    /// Waits until `share` of the deliveries are in and the running engine delivered some itself.
-    async fn wait_for_share(&self, share: (u64, u64), what: &str) -> anyhow::Result<()> {
-        let threshold = self.expected * share.0 / share.1;
+    /// Waits until `share` of the deliveries and `extra` more are in and the running engine
+    /// delivered some itself. Fails at once when every delivery came in before that moment: the
+    /// run was too short for its injections.
+    async fn wait_for_share(
+        &self,
+        share: (u64, u64),
+        extra: u64,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let threshold = self.expected * share.0 / share.1 + extra;
         let at_start = self.delivered();
+        let reached = |now: u64| now >= threshold && now > at_start;
         wait_until(
             || {
                 let now = self.delivered();
-                now >= threshold && now > at_start
+                reached(now) || now >= self.expected
             },
             || self.delivered(),
             &format!("{what} ({threshold} deliveries)"),
         )
-        .await
+        .await?;
+        anyhow::ensure!(
+            reached(self.delivered()),
+            "every delivery was in before {what} ({threshold} deliveries): too few records for \
+             the injections"
+        );
+        Ok(())
     }
 }
 
-/// `kills` SIGKILLs, at even shares of the deliveries plus 0–300 ms; each restart waited for.
+/// `kills` SIGKILLs, at even shares of the deliveries plus up to a quarter of the gap between
+/// two (in deliveries, not time: 300 ms once meant a tenth of a run and now outlasts one); each
+/// restart waited for.
 async fn kill_nine(
     ctx: &Ctx<'_>,
     mut hub: Hub,
@@ -344,12 +360,13 @@ async fn kill_nine(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut done: Vec<Injection> = Vec::new();
     for n in 1..=kills {
+        let gap = ctx.expected / u64::from(kills + 1);
         ctx.wait_for_share(
             (u64::from(n), u64::from(kills + 1)),
+            rng.gen_range(0..=gap / 4),
             &format!("kill {n}'s moment"),
         )
         .await?;
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
         let delivered_at = ctx.delivered();
         let at_s = ctx.t0.elapsed().as_secs_f64();
         hub.kill_9()?;
@@ -411,7 +428,7 @@ async fn outage(
     service: &str,
     seconds: u64,
 ) -> anyhow::Result<Vec<Injection>> {
-    ctx.wait_for_share((1, 3), "the outage's moment").await?;
+    ctx.wait_for_share((1, 3), 0, "the outage's moment").await?;
     let (delivered_at, committed_at) = (ctx.delivered(), ctx.follower.committed());
     let at_s = ctx.t0.elapsed().as_secs_f64();
     eprintln!("[faults] stopping {service} at {at_s:.1} s for {seconds} s");

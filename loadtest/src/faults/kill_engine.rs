@@ -40,7 +40,7 @@ pub(super) async fn kill_engine(
     survivors: &[&Hub],
     token: &str,
 ) -> anyhow::Result<Vec<Injection>> {
-    ctx.wait_for_share((1, 2), "the kill's moment").await?;
+    ctx.wait_for_share((1, 2), 0, "the kill's moment").await?;
     let lanes = held_lanes(&victim, token, Some("assigned")).await?;
     let delivered_at = ctx.delivered();
     let at_s = ctx.t0.elapsed().as_secs_f64();
