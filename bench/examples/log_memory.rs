@@ -29,6 +29,9 @@ fn rss_mib() -> f64 {
 }
 
 fn main() {
+    // The hub's own allocator settings (no huge pages, a short purge delay), or the figures
+    // are the allocator's, not the store's.
+    hub_engine::runtime::allocator::tune();
     let events: usize = std::env::args()
         .nth(1)
         .and_then(|n| n.parse().ok())

@@ -198,7 +198,7 @@ pub(super) fn due_jobs(
     queues.rotate_left(start);
     for due in queues {
         let want = per_tenant.min(limit - page.jobs.len());
-        let mut entries = (due.range(..=(now_ms, u64::MAX, u64::MAX)))
+        let mut entries = (due.up_to((now_ms, u64::MAX, u64::MAX)))
             .map(job_of)
             .filter(|id| !skip.contains(id))
             .filter_map(|id| state.jobs.get(id).map(|entry| (id, entry)));

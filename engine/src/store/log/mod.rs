@@ -14,6 +14,7 @@
 
 mod committer;
 mod delivery;
+mod due_set;
 mod job_entry;
 mod job_map;
 #[cfg(test)]

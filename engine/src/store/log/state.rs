@@ -7,7 +7,7 @@
 //! here whole. Each job, dead letter and lasting dedup mark remembers the segment of its last
 //! record, so dropping a segment knows what to carry forward.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -46,8 +46,7 @@ pub(super) type QueueKey = (Lane, Arc<str>, u128);
 /// A job's place in its queue: `(due, id)`, the id as two halves — a `u128` aligns to 16 and
 /// would make the key 32 bytes instead of 24 (a million pending jobs, issue 17).
 pub(super) type DueKey = (i64, u64, u64);
-/// A queue's jobs by due time.
-pub(super) type DueSet = BTreeSet<DueKey>;
+pub(super) use super::due_set::DueSet;
 
 /// A queue: its number (what its jobs name it by) and its jobs by due time.
 #[derive(Debug)]
@@ -344,7 +343,7 @@ impl State {
             Some(queue) => queue.number,
             None => {
                 let number = self.new_queue_number(&key);
-                let due = DueSet::new();
+                let due = DueSet::default();
                 self.queues.insert(key.clone(), Queue { number, due });
                 number
             }
