@@ -201,6 +201,9 @@ async fn load_test() -> anyhow::Result<()> {
         "--fault with several engines is kill-engine:1 (the others are the engine tests' \
          `scale_out`)"
     );
+    if args.store == hub::StoreChoice::Cql {
+        hub::fresh_keyspace(&args.cql).await?;
+    }
     if let Some(fault) = cli.fault {
         return fault_run(args, fault, cli.out).await;
     }
