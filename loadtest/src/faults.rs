@@ -582,9 +582,8 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
             held >> 20
         );
     }
-    let mut hub = Hub::start(&spec)?;
-    // With several engines, `hub` is the one that is never killed; the first started is the
-    // victim of `kill-engine`.
+    let hub = Hub::start(&spec)?;
+    // With several engines, `kill-engine` kills the one holding the most lanes at its moment.
     let mut more_engines: Vec<Hub> = Vec::new();
     for _ in 1..args.engines {
         more_engines.push(Hub::start(&HubSpec {
@@ -592,14 +591,14 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
             ..spec
         })?);
     }
-    let victim =
-        (!more_engines.is_empty()).then(|| std::mem::replace(&mut hub, more_engines.remove(0)));
     let (hub, mut injections) = match fault {
         Fault::KillEngine => {
-            let victim = victim.ok_or_else(|| anyhow::anyhow!("no engine to kill"))?;
             let token = deliver::operator_token(data_dir.path())?;
-            let survivors: Vec<&Hub> = std::iter::once(&hub).chain(&more_engines).collect();
-            let injections = kill_engine::kill_engine(&ctx, victim, &survivors, &token).await?;
+            let mut engines: Vec<Hub> = std::iter::once(hub).chain(more_engines).collect();
+            let injections = kill_engine::kill_engine(&ctx, &mut engines, &token).await?;
+            anyhow::ensure!(!engines.is_empty(), "kill-engine needs two engines or more");
+            let hub = engines.remove(0);
+            more_engines = engines;
             (hub, injections)
         }
         Fault::Kill9(kills) => kill_nine(&ctx, hub, kills, args.seed).await?,

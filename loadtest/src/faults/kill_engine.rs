@@ -1,7 +1,7 @@
 //! `kill-engine:1` with `--engines N` (issue 18): SIGKILL one engine of several on one CQL
 //! keyspace, mid-run, and do not restart it. The others must take its partitions and its jobs:
-//! the rebalance time reported is from the kill until the survivors hold every lane the dead
-//! engine held (by the group's reassignment or as strays, whichever comes first). Nothing may be
+//! the engine holding the most lanes at the kill's moment is the one killed, and the rebalance
+//! time reported is from the kill until the survivors hold every lane the dead engine held (by the group's reassignment or as strays, whichever comes first). Nothing may be
 //! lost; repeats are bounded as for any kill.
 
 use std::collections::BTreeSet;
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::{Ctx, Injection, STALL_LIMIT};
 use crate::hub::Hub;
 
-/// The lanes an engine holds now, from `/admin/ownership` (`how`: only lanes paged that way).
-async fn held_lanes(hub: &Hub, token: &str, how: Option<&str>) -> anyhow::Result<BTreeSet<u64>> {
+/// The lanes an engine holds now (assigned or adopted as strays), from `/admin/ownership`.
+async fn held_lanes(hub: &Hub, token: &str) -> anyhow::Result<BTreeSet<u64>> {
     let view: serde_json::Value = reqwest::Client::new()
         .get(format!("{}/admin/ownership", hub.url))
         .bearer_auth(token)
@@ -26,22 +26,31 @@ async fn held_lanes(hub: &Hub, token: &str, how: Option<&str>) -> anyhow::Result
             lanes
                 .iter()
                 .filter(|l| l["held_here"] == true)
-                .filter(|l| how.is_none_or(|how| l["how"] == how))
                 .filter_map(|l| l["lane"].as_u64())
                 .collect()
         })
         .unwrap_or_default())
 }
 
-/// Kills `victim` at half the deliveries and waits until `survivors` hold all its lanes.
+/// At half the deliveries, kills the engine of `engines` holding the most lanes (the first
+/// started, which CI's runs killed, twice held none, and the survivors had nothing to take) and
+/// waits until the others hold all its lanes. `engines` is left with the survivors.
 pub(super) async fn kill_engine(
     ctx: &Ctx<'_>,
-    victim: Hub,
-    survivors: &[&Hub],
+    engines: &mut Vec<Hub>,
     token: &str,
 ) -> anyhow::Result<Vec<Injection>> {
+    anyhow::ensure!(engines.len() > 1, "kill-engine needs two engines or more");
     ctx.wait_for_share((1, 2), 0, "the kill's moment").await?;
-    let lanes = held_lanes(&victim, token, Some("assigned")).await?;
+    let mut held = Vec::with_capacity(engines.len());
+    for engine in engines.iter() {
+        held.push(held_lanes(engine, token).await?);
+    }
+    let (most, lanes) = (held.into_iter().enumerate())
+        .max_by_key(|(_, lanes)| lanes.len())
+        .unwrap_or_default();
+    let victim = engines.remove(most);
+    let survivors: Vec<&Hub> = engines.iter().collect();
     let delivered_at = ctx.delivered();
     let at_s = ctx.t0.elapsed().as_secs_f64();
     victim.kill_9()?;
@@ -53,8 +62,8 @@ pub(super) async fn kill_engine(
     );
     loop {
         let mut held = BTreeSet::new();
-        for hub in survivors {
-            held.extend(held_lanes(hub, token, None).await?);
+        for hub in &survivors {
+            held.extend(held_lanes(hub, token).await?);
         }
         if lanes.is_subset(&held) {
             break;
