@@ -1,8 +1,9 @@
 //! `kill-engine:1` with `--engines N` (issue 18): SIGKILL one engine of several on one CQL
 //! keyspace, mid-run, and do not restart it. The others must take its partitions and its jobs:
 //! the engine holding the most lanes at the kill's moment is the one killed, and the rebalance
-//! time reported is from the kill until the survivors hold every lane the dead engine held (by the group's reassignment or as strays, whichever comes first). Nothing may be
-//! lost; repeats are bounded as for any kill.
+//! time reported is from the kill until the survivors hold every lane the dead engine held (by
+//! the group's reassignment or as strays, whichever comes first). Nothing may be lost; repeats
+//! are bounded as for any kill.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -32,8 +33,8 @@ async fn held_lanes(hub: &Hub, token: &str) -> anyhow::Result<BTreeSet<u64>> {
         .unwrap_or_default())
 }
 
-/// At half the deliveries, kills the engine of `engines` holding the most lanes (the first
-/// started, which CI's runs killed, twice held none, and the survivors had nothing to take) and
+/// At half the deliveries, kills the engine of `engines` holding the most lanes (so the others
+/// always have lanes to take over: the first started, killed before, twice held none in CI) and
 /// waits until the others hold all its lanes. `engines` is left with the survivors.
 pub(super) async fn kill_engine(
     ctx: &Ctx<'_>,

@@ -21,17 +21,17 @@ const CHUNK: usize = 128;
 #[derive(Debug, Default)]
 pub(super) struct DueSet {
     chunks: VecDeque<Vec<DueKey>>,
-    len: usize,
 }
 
 impl DueSet {
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.len
+        self.chunks.iter().map(Vec::len).sum()
     }
 
+    /// No chunk is ever empty, so no chunk means no key.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.chunks.is_empty()
     }
 
     /// The chunk that holds `key` or would: the first whose last key is not below it, else the
@@ -45,7 +45,6 @@ impl DueSet {
     pub fn insert(&mut self, key: DueKey) -> bool {
         if self.chunks.is_empty() {
             self.chunks.push_back(new_chunk(key));
-            self.len = 1;
             return true;
         }
         let i = self.chunk_of(&key);
@@ -54,7 +53,6 @@ impl DueSet {
         let Err(at) = chunk.binary_search(&key) else {
             return false;
         };
-        self.len += 1;
         if chunk.len() < CHUNK {
             chunk.insert(at, key);
             return true;
@@ -121,7 +119,6 @@ impl DueSet {
             return false;
         };
         chunk.remove(at);
-        self.len -= 1;
         if chunk.is_empty() {
             self.chunks.remove(i);
         } else if chunk.len() < CHUNK / 4 {
@@ -172,7 +169,7 @@ mod tests {
         let keys: Vec<&DueKey> = set.chunks.iter().flatten().collect();
         set.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK)
             && keys.windows(2).all(|w| w[0] < w[1])
-            && keys.len() == set.len
+            && keys.len() == set.len()
     }
 
     #[test]
