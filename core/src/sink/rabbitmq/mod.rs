@@ -92,7 +92,13 @@ impl RabbitSink {
         let outcome = self.publish(&link, &target, ev).await.took(started);
         if !outcome.success && outcome.error_class != Some(ErrorClass::Unroutable) {
             // A failed channel or connection is not reused; a returned message leaves it intact.
-            self.links.lock().await.remove(&key);
+            // Only this link is forgotten: another attempt may already have replaced it with a
+            // healthy one, and dropping that would fail its publishes in flight into repeats.
+            let mut links = self.links.lock().await;
+            if links.get(&key).is_some_and(|l| Arc::ptr_eq(l, &link)) {
+                links.remove(&key);
+            }
+            drop(links);
             // A broken connection may never answer a close: bounded.
             let _ =
                 tokio::time::timeout(self.timeout, link.connection.close(200, "hub reconnects"))
