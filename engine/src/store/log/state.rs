@@ -323,7 +323,7 @@ impl State {
     fn put_job(&mut self, job: JobRecord, leased: bool, seg: u32) {
         let id = job.id;
         if let Some(entry) = self.jobs.get_mut(id) {
-            // A rewrite (lease, retry, recovery): same queue, so its number and box are kept
+            // A rewrite (lease, retry, recovery): same queue, so its number and slot are kept
             // and only its place in the queue moves.
             let before = due_key(entry.due_at_ms, id);
             *entry = JobEntry::new(job, entry.queue, leased, seg);
@@ -348,7 +348,7 @@ impl State {
                 number
             }
         };
-        let entry = Box::new(JobEntry::new(job, number, leased, seg));
+        let entry = JobEntry::new(job, number, leased, seg);
         if let Some(queue) = self.queues.get_mut(&key) {
             queue.due.insert(due_key(entry.due_at_ms, id));
         }
