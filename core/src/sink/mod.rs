@@ -35,7 +35,7 @@ use self::webhook::secrets::SigningSecrets;
 use self::webhook::{Attempt, Keys, WebhookClient};
 use crate::destination::DestinationPolicy;
 use crate::model::{binding, SinkKind, Subscription, DEFAULT_TIMEOUT_MS};
-use crate::secrets::Keyring;
+use crate::secrets::{Keyring, Secret};
 
 /// What every sink sends of one event.
 #[derive(Debug, Clone)]
@@ -231,23 +231,32 @@ fn webhook_timeout(sub: &Subscription) -> Duration {
     ))
 }
 
-/// A webhook subscription's signing keys at `now_ms`, opened in memory for one attempt (R-DI-4),
-/// for a client that sends the webhook itself (the engine's shards).
+/// A webhook subscription's signing keys at `now_ms`, opened in memory (R-DI-4), for a client
+/// that sends the webhook itself (the engine's shards), and until when they stay the keys to
+/// sign with: the end of a rotation's overlap while the previous secret still signs, otherwise
+/// `i64::MAX` (a new secret is a new sealed value, which a cache compares).
 pub fn open_signing(
     keyring: &Keyring,
     sub: &Subscription,
     now_ms: i64,
-) -> Result<Box<Keys>, Outcome> {
-    match open(keyring, sub, now_ms)? {
-        Material::Signing(keys) => Ok(keys),
-        Material::Credential(_) => Err(Outcome::refused(
-            ErrorClass::SecretUnavailable,
-            format!(
-                "no usable secret or credential for a {} subscription",
-                sub.sink_kind
-            ),
-        )),
+) -> Result<(Keys, i64), Outcome> {
+    let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
+    if sub.sink_kind != SinkKind::Webhook {
+        return Err(unavailable(&format!(
+            "no usable secret or credential for a {} subscription",
+            sub.sink_kind
+        )));
     }
+    let secret = open_sealed(keyring, sub)?;
+    let secrets = SigningSecrets::parse(&secret.0)
+        .ok_or_else(|| unavailable("the signing secret is malformed"))?;
+    let keys =
+        (secrets.keys(now_ms)).map_err(|_| unavailable("the signing secret is malformed"))?;
+    let until = match (&keys.previous, secrets.previous_until_ms) {
+        (Some(_), Some(end)) => end,
+        _ => i64::MAX,
+    };
+    Ok((keys, until))
 }
 
 /// The master key id `sub`'s secret or credential is sealed under, when `keyring` does not hold
@@ -262,6 +271,21 @@ pub fn missing_key<'s>(keyring: &Keyring, sub: &'s Subscription) -> Option<&'s s
 /// Opens the subscription's sealed secret: the signing keys of `now_ms` for a webhook (both
 /// during a rotation overlap), the credential for a queue kind.
 pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Material, Outcome> {
+    let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
+    let secret = open_sealed(keyring, sub)?;
+    match sub.sink_kind {
+        SinkKind::Webhook => SigningSecrets::parse(&secret.0)
+            .and_then(|s| s.keys(now_ms).ok())
+            .map(|keys| Material::Signing(Box::new(keys)))
+            .ok_or_else(|| unavailable("the signing secret is malformed")),
+        _ => Credential::from_bytes(secret.0.as_bytes())
+            .map(Material::Credential)
+            .ok_or_else(|| unavailable("the credential is malformed")),
+    }
+}
+
+/// The subscription's sealed secret or credential, opened.
+fn open_sealed(keyring: &Keyring, sub: &Subscription) -> Result<Secret, Outcome> {
     let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
     let sealed = sub.secret.as_ref().ok_or_else(|| {
         unavailable(match sub.sink_kind {
@@ -278,18 +302,9 @@ pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Materi
             ),
         ));
     }
-    let secret = keyring
+    keyring
         .open(sealed, &binding(sub))
-        .map_err(|_| unavailable("the secret could not be opened"))?;
-    match sub.sink_kind {
-        SinkKind::Webhook => SigningSecrets::parse(&secret.0)
-            .and_then(|s| s.keys(now_ms).ok())
-            .map(|keys| Material::Signing(Box::new(keys)))
-            .ok_or_else(|| unavailable("the signing secret is malformed")),
-        _ => Credential::from_bytes(secret.0.as_bytes())
-            .map(Material::Credential)
-            .ok_or_else(|| unavailable("the credential is malformed")),
-    }
+        .map_err(|_| unavailable("the secret could not be opened"))
 }
 
 #[cfg(test)]

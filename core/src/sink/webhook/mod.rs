@@ -8,6 +8,7 @@
 //!   R-SEC-2 again on every address the name resolves to at connect time (DNS rebinding, R-DI-13);
 //! - the outcome: success is a 2xx within the timeout; anything else is classified.
 
+pub mod key_cache;
 pub mod secrets;
 pub mod signature;
 

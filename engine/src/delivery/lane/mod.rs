@@ -208,6 +208,7 @@ impl DeliveryLane {
                     self.bridge.clone(),
                 ))
             }),
+            signing_keys: Default::default(),
         };
         let mut attempts: FuturesUnordered<AttemptFuture> = FuturesUnordered::new();
         // At most one store step in flight; attempts keep running (and finished ones keep
@@ -488,6 +489,8 @@ struct LaneState {
     tally: tally::LaneTally,
     /// The shard's own webhook client (`LaneConfig::webhooks_on_shard`).
     shard_webhooks: Option<std::rc::Rc<ShardWebhooks>>,
+    /// The signing keys of the webhooks this shard sends itself, opened once each.
+    signing_keys: hub_core::sink::webhook::key_cache::KeyCache,
 }
 
 impl LaneState {

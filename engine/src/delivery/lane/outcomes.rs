@@ -5,8 +5,9 @@
 use super::*;
 
 impl DeliveryLane {
-    /// One attempt: a webhook on this shard (`shard_webhook`), every other kind on
-    /// the tokio side through the bridge. Either way the secret is opened in memory for it.
+    /// One attempt: a webhook on this shard (`shard_webhook`), with the shard's opened signing
+    /// keys (`KeyCache`), every other kind on the tokio side through the bridge, which opens its
+    /// secret or credential in memory for it.
     pub(super) fn attempt(&self, lane: &mut LaneState, started: Started) -> AttemptFuture {
         let id = started.job.id;
         let now = crate::clock::now_ms();
@@ -20,12 +21,12 @@ impl DeliveryLane {
         let Some(sub) = sub else {
             return Box::pin(async move { (id, no_answer(), crate::clock::now_ms()) });
         };
-        let keyring = self.keyring.clone();
         if let Some(webhooks) = lane.shard_webhooks_for(&sub) {
+            let keys = lane.signing_keys.keys(&self.keyring, &sub, now);
             return Box::pin(async move {
                 let begun = crate::clock::now_ms();
                 let event = event_out(&started.event);
-                let outcome = match hub_core::sink::open_signing(&keyring, &sub, begun) {
+                let outcome = match keys {
                     Ok(keys) => {
                         let a = hub_core::sink::webhook_attempt(&sub, &event, begun);
                         webhooks.send(&a, &keys).await
@@ -35,6 +36,7 @@ impl DeliveryLane {
                 (id, outcome, begun)
             });
         }
+        let keyring = self.keyring.clone();
         let sinks = self.sinks.clone();
         let reply = self.bridge.call(async move {
             let begun = crate::clock::now_ms();
