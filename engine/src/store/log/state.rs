@@ -352,7 +352,7 @@ impl State {
         if let Some(queue) = self.queues.get_mut(&key) {
             queue.due.insert(due_key(entry.due_at_ms, id));
         }
-        self.jobs.insert(id, entry);
+        self.jobs.insert_new(id, entry);
     }
 
     fn remove_job(&mut self, id: u128) {
