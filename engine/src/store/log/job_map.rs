@@ -6,7 +6,7 @@
 //! a million jobs take ~24 MiB less, a growth copies a table of `u32`s instead of one of
 //! pointers and ids (the RSS peak of a million-record backlog), and a new job allocates nothing
 //! (issue 17). The slab stays dense: a removed job's slot takes the last one, so chunks a drained
-//! backlog leaves empty are freed.
+//! backlog leaves empty are freed (all but one, kept spare).
 //!
 //! The id is kept as two halves: a `u128` aligns to 16 and would pad each slot.
 
@@ -42,7 +42,8 @@ struct Slot {
 /// The jobs by id.
 #[derive(Debug, Default)]
 pub(super) struct JobMap {
-    /// Slot `n` is `chunks[n / CHUNK][n % CHUNK]`; every chunk but the last is full.
+    /// Slot `n` is `chunks[n / CHUNK][n % CHUNK]`; every chunk before the last slot's is full,
+    /// and at most one empty chunk follows it.
     chunks: Vec<Vec<Slot>>,
     /// Slot numbers, hashed by their job's id.
     index: HashTable<u32>,
@@ -81,13 +82,12 @@ impl JobMap {
     pub fn insert_new(&mut self, id: u128, entry: JobEntry) {
         debug_assert!(!self.contains_key(id), "job {id} is already present");
         let n = u32::try_from(self.len()).expect("fewer than 2^32 pending jobs");
-        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+        let at = self.len() / CHUNK;
+        if at == self.chunks.len() {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
         let id = halves(id);
-        if let Some(last) = self.chunks.last_mut() {
-            last.push(Slot { id, entry });
-        }
+        self.chunks[at].push(Slot { id, entry });
         let (hasher, chunks) = (&self.hasher, &self.chunks);
         self.index.insert_unique(hasher.hash_one(id), n, |&m| {
             hasher.hash_one(slot_in(chunks, m).id)
@@ -140,13 +140,13 @@ impl JobMap {
         &mut self.chunks[n / CHUNK][n % CHUNK]
     }
 
-    /// Takes the last slot, freeing its chunk once empty.
+    /// Takes the last slot (its index entry already gone). One emptied chunk is kept spare and
+    /// any beyond it freed, so a count that hovers at a chunk's edge (or at zero) does not
+    /// allocate and free 320 KiB each time it crosses.
     fn pop_last(&mut self) -> Option<Slot> {
-        let last = self.chunks.last_mut()?;
-        let slot = last.pop();
-        if last.is_empty() {
-            self.chunks.pop();
-        }
+        let left = self.len();
+        let slot = self.chunks.get_mut(left / CHUNK)?.pop();
+        self.chunks.truncate(left.div_ceil(CHUNK) + 1);
         slot
     }
 }
@@ -216,11 +216,35 @@ mod tests {
             assert_eq!(jobs.get(*id).map(|e| e.event_seq), Some(*id as u64));
         }
         assert_eq!(jobs.len(), 100);
-        assert_eq!(jobs.chunks.len(), 1, "drained chunks are freed");
+        assert_eq!(
+            jobs.chunks.len(),
+            2,
+            "drained chunks are freed but one spare"
+        );
         for id in kept {
             assert!(jobs.remove(*id).is_some());
         }
-        assert!(jobs.chunks.is_empty() && jobs.len() == 0);
+        assert!(jobs.chunks.len() == 1 && jobs.len() == 0);
+        assert!(jobs.chunks[0].capacity() == CHUNK, "the spare is kept");
+    }
+
+    /// A count going back and forth over a chunk's edge reuses the spare chunk: it neither grows
+    /// the slab nor loses a job.
+    #[test]
+    fn r_di_8_a_count_hovering_at_a_chunks_edge_reuses_the_spare() {
+        let mut jobs = JobMap::default();
+        for id in 0..CHUNK as u128 {
+            jobs.insert(id, entry(id as u64));
+        }
+        for round in 0..100u128 {
+            let id = 1_000_000 + round;
+            jobs.insert(id, entry(7));
+            assert_eq!(jobs.chunks.len(), 2);
+            assert!(jobs.remove(id).is_some());
+            assert_eq!(jobs.chunks.len(), 2, "the emptied chunk stays as the spare");
+        }
+        assert_eq!(jobs.len(), CHUNK);
+        assert!((0..CHUNK as u128).all(|id| jobs.get(id).map(|e| e.event_seq) == Some(id as u64)));
     }
 
     #[test]
