@@ -1,13 +1,16 @@
 //! Delivery's hot pure code: matching an event against 10,000 subscriptions of 100 tenants,
 //! one scheduling decision (take + done) under a 10,000-job backlog, signing a 1 KiB body, and
 //! a lane's whole round of decisions for one job (issue 17's lane step; its store step is
-//! `embedded_store`'s, its attempt `webhook_attempt`'s).
+//! `embedded_store`'s, its attempt `webhook_attempt`'s), and a webhook's signing keys opened for
+//! an attempt against taken from the shard's cache.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hub_core::model::{SinkKind, Subscription, VerificationState};
 use std::time::Duration;
 
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use hub_core::model::{binding, SinkKind, Subscription, VerificationState};
+use hub_core::secrets::Keyring;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
+use hub_core::sink::webhook::key_cache::KeyCache;
 use hub_engine::delivery::breaker::{Breaker, BreakerConfig};
 use hub_engine::delivery::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use hub_engine::delivery::fairness::{Due, Scheduler};
@@ -181,6 +184,32 @@ fn lane_step(c: &mut Criterion) {
     group.finish();
 }
 
+/// A webhook's signing keys for one attempt: opened from the sealed secret (what every attempt
+/// paid before the shard's cache) and taken from the cache (what a shard pays now).
+fn signing_keys(c: &mut Criterion) {
+    let keyring = Keyring::parse(&Keyring::generate_spec("k1").expect("spec")).expect("keyring");
+    let mut sub = Subscription {
+        verification_state: VerificationState::Active,
+        ..Subscription::new("t", "s", SinkKind::Webhook, 0)
+    };
+    let secret = keyring.new_signing_secret().expect("secret");
+    sub.secret = Some(
+        keyring
+            .seal(secret.0.as_bytes(), &binding(&sub))
+            .expect("seal"),
+    );
+    let now = 1_764_000_000_000i64;
+    let mut group = c.benchmark_group("signing_keys");
+    group.bench_function("opened_per_attempt", |b| {
+        b.iter(|| std::hint::black_box(hub_core::sink::open_signing(&keyring, &sub, now)))
+    });
+    let mut cache = KeyCache::default();
+    group.bench_function("from_the_shards_cache", |b| {
+        b.iter(|| std::hint::black_box(cache.keys(&keyring, &sub, now)))
+    });
+    group.finish();
+}
+
 /// Frees the worker `due` took and pushes a new job of the same tenant and destination, so the
 /// backlog stays the same size across iterations.
 fn replace(scheduler: &mut Scheduler, tenant: &str, due: Due, next_job: &mut u128) {
@@ -209,5 +238,5 @@ fn backlog() -> Scheduler {
     scheduler
 }
 
-criterion_group!(benches, delivery, lane_step);
+criterion_group!(benches, delivery, lane_step, signing_keys);
 criterion_main!(benches);

@@ -240,23 +240,30 @@ pub fn open_signing(
     sub: &Subscription,
     now_ms: i64,
 ) -> Result<(Keys, i64), Outcome> {
-    let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
     if sub.sink_kind != SinkKind::Webhook {
         return Err(unavailable(&format!(
             "no usable secret or credential for a {} subscription",
             sub.sink_kind
         )));
     }
-    let secret = open_sealed(keyring, sub)?;
-    let secrets = SigningSecrets::parse(&secret.0)
-        .ok_or_else(|| unavailable("the signing secret is malformed"))?;
-    let keys =
-        (secrets.keys(now_ms)).map_err(|_| unavailable("the signing secret is malformed"))?;
+    signing_keys(&open_sealed(keyring, sub)?, now_ms)
+}
+
+/// The signing keys an opened webhook secret gives at `now_ms`, and until when (`open_signing`).
+fn signing_keys(secret: &Secret, now_ms: i64) -> Result<(Keys, i64), Outcome> {
+    let malformed = || unavailable("the signing secret is malformed");
+    let secrets = SigningSecrets::parse(&secret.0).ok_or_else(malformed)?;
+    let keys = secrets.keys(now_ms).map_err(|_| malformed())?;
     let until = match (&keys.previous, secrets.previous_until_ms) {
         (Some(_), Some(end)) => end,
         _ => i64::MAX,
     };
     Ok((keys, until))
+}
+
+/// An attempt or probe that cannot start for want of its secret or credential.
+fn unavailable(why: &str) -> Outcome {
+    Outcome::refused(ErrorClass::SecretUnavailable, why)
 }
 
 /// The master key id `sub`'s secret or credential is sealed under, when `keyring` does not hold
@@ -271,13 +278,11 @@ pub fn missing_key<'s>(keyring: &Keyring, sub: &'s Subscription) -> Option<&'s s
 /// Opens the subscription's sealed secret: the signing keys of `now_ms` for a webhook (both
 /// during a rotation overlap), the credential for a queue kind.
 pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Material, Outcome> {
-    let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
     let secret = open_sealed(keyring, sub)?;
     match sub.sink_kind {
-        SinkKind::Webhook => SigningSecrets::parse(&secret.0)
-            .and_then(|s| s.keys(now_ms).ok())
-            .map(|keys| Material::Signing(Box::new(keys)))
-            .ok_or_else(|| unavailable("the signing secret is malformed")),
+        SinkKind::Webhook => {
+            signing_keys(&secret, now_ms).map(|(keys, _)| Material::Signing(Box::new(keys)))
+        }
         _ => Credential::from_bytes(secret.0.as_bytes())
             .map(Material::Credential)
             .ok_or_else(|| unavailable("the credential is malformed")),
@@ -286,7 +291,6 @@ pub fn open(keyring: &Keyring, sub: &Subscription, now_ms: i64) -> Result<Materi
 
 /// The subscription's sealed secret or credential, opened.
 fn open_sealed(keyring: &Keyring, sub: &Subscription) -> Result<Secret, Outcome> {
-    let unavailable = |why: &str| Outcome::refused(ErrorClass::SecretUnavailable, why);
     let sealed = sub.secret.as_ref().ok_or_else(|| {
         unavailable(match sub.sink_kind {
             SinkKind::Webhook => "the subscription has no signing secret",

@@ -94,11 +94,12 @@ impl RabbitSink {
             // A failed channel or connection is not reused; a returned message leaves it intact.
             // Only this link is forgotten: another attempt may already have replaced it with a
             // healthy one, and dropping that would fail its publishes in flight into repeats.
-            let mut links = self.links.lock().await;
-            if links.get(&key).is_some_and(|l| Arc::ptr_eq(l, &link)) {
-                links.remove(&key);
+            {
+                let mut links = self.links.lock().await;
+                if links.get(&key).is_some_and(|l| Arc::ptr_eq(l, &link)) {
+                    links.remove(&key);
+                }
             }
-            drop(links);
             // A broken connection may never answer a close: bounded.
             let _ =
                 tokio::time::timeout(self.timeout, link.connection.close(200, "hub reconnects"))

@@ -69,12 +69,9 @@ impl KeyCache {
         Ok(keys)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.opened.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.opened.is_empty()
     }
 }
 
@@ -156,6 +153,6 @@ mod tests {
         sub.secret = None;
         let mut cache = KeyCache::default();
         assert!(cache.keys(&keyring, &sub, 0).is_err());
-        assert!(cache.is_empty());
+        assert_eq!(cache.len(), 0);
     }
 }

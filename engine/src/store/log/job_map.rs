@@ -82,12 +82,12 @@ impl JobMap {
     pub fn insert_new(&mut self, id: u128, entry: JobEntry) {
         debug_assert!(!self.contains_key(id), "job {id} is already present");
         let n = u32::try_from(self.len()).expect("fewer than 2^32 pending jobs");
-        let at = self.len() / CHUNK;
-        if at == self.chunks.len() {
+        let (chunk, _) = place(n);
+        if chunk == self.chunks.len() {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
         let id = halves(id);
-        self.chunks[at].push(Slot { id, entry });
+        self.chunks[chunk].push(Slot { id, entry });
         let (hasher, chunks) = (&self.hasher, &self.chunks);
         self.index.insert_unique(hasher.hash_one(id), n, |&m| {
             hasher.hash_one(slot_in(chunks, m).id)
@@ -136,8 +136,8 @@ impl JobMap {
     }
 
     fn slot_mut(&mut self, n: u32) -> &mut Slot {
-        let n = n as usize;
-        &mut self.chunks[n / CHUNK][n % CHUNK]
+        let (chunk, at) = place(n);
+        &mut self.chunks[chunk][at]
     }
 
     /// Takes the last slot (its index entry already gone). One emptied chunk is kept spare and
@@ -152,8 +152,14 @@ impl JobMap {
 }
 
 fn slot_in(chunks: &[Vec<Slot>], n: u32) -> &Slot {
+    let (chunk, at) = place(n);
+    &chunks[chunk][at]
+}
+
+/// Slot `n`'s chunk and place in it.
+fn place(n: u32) -> (usize, usize) {
     let n = n as usize;
-    &chunks[n / CHUNK][n % CHUNK]
+    (n / CHUNK, n % CHUNK)
 }
 
 #[cfg(test)]
