@@ -2,18 +2,19 @@
 //! paged per lane and queue by due time from the in-memory index (reads).
 
 use std::collections::HashSet;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use uuid::Uuid;
 
+use super::record::Record;
 use super::record::{Change, Loc};
-use super::segments::read_record;
 use super::state::{job_of, State};
 use super::writes::Tx;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::store::{
     lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
-    Lane, Settled, Started, StepOutcome, StoreError, EVENT_GONE,
+    Lane, Settled, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
 };
 
 /// Statistics a step touched, recorded once at its end. Keyed by subscription alone (its id
@@ -127,17 +128,66 @@ pub(super) fn step(
     Ok((out, to_read))
 }
 
-/// The started jobs of a durable step, with their events read from the segments.
+/// Most bytes one read covers to bring several records (a step's events mostly lie together:
+/// those of one ingest group are in one frame).
+const READ_SPAN_MAX: u64 = 256 << 10;
+/// Most bytes between two records read together (read and dropped).
+const READ_GAP_MAX: u64 = 16 << 10;
+
+/// The started jobs of a durable step, in the order leased, with their events read from the
+/// segments: the records in order of place, each run of records lying near one another in one
+/// read (issue 17: a read per event was ~6 % of a shard's cycles under a backlog).
 pub(super) fn read_started(
     mut out: StepOutcome,
     unread: Vec<Unread>,
 ) -> Result<StepOutcome, StoreError> {
+    let mut by_place: Vec<usize> = (0..unread.len()).collect();
+    by_place.sort_unstable_by_key(|&i| {
+        let loc = unread[i].1 .0;
+        (loc.seg, loc.offset)
+    });
+    let mut events: Vec<Option<StoredEvent>> = (0..unread.len()).map(|_| None).collect();
+    let mut buffer = Vec::new();
+    let mut rest = &by_place[..];
+    while let Some(&first) = rest.first() {
+        let (from, file) = (unread[first].1 .0, &unread[first].1 .1);
+        let (run, end) = run_from(&unread, rest);
+        buffer.resize((end - from.offset) as usize, 0);
+        file.read_exact_at(&mut buffer, from.offset)
+            .map_err(crate::store::unavailable)?;
+        for &i in &rest[..run] {
+            let loc = unread[i].1 .0;
+            let at = (loc.offset - from.offset) as usize;
+            let record = Record::decode(&buffer[at..at + loc.len as usize])?;
+            events[i] = Some(record.into_event()?);
+        }
+        rest = &rest[run..];
+    }
     out.started.reserve(unread.len());
-    for (job, (loc, file)) in unread {
-        let event = read_record(&file, loc)?.into_event()?;
+    for ((job, _), event) in unread.into_iter().zip(events) {
+        let event = event.ok_or_else(|| StoreError::Corrupt("a started job's event".into()))?;
         out.started.push(Started { job, event });
     }
     Ok(out)
+}
+
+/// How many of `places` (indexes into `unread`, in order of place) one read brings from the
+/// first, and where that read ends.
+fn run_from(unread: &[Unread], places: &[usize]) -> (usize, u64) {
+    let from = unread[places[0]].1 .0;
+    let (mut run, mut end) = (1, from.end());
+    for &i in &places[1..] {
+        let loc = unread[i].1 .0;
+        let joins = loc.seg == from.seg
+            && loc.offset <= end + READ_GAP_MAX
+            && loc.end() - from.offset <= READ_SPAN_MAX;
+        if !joins {
+            break;
+        }
+        end = end.max(loc.end());
+        run += 1;
+    }
+    (run, end)
 }
 
 /// Turns a subscription's dead letters (all, or `only`) back into jobs due at `now_ms`.

@@ -85,6 +85,9 @@ impl LogStore {
             segment_bytes,
             spent: Vec::new(),
             frame_buffer: Vec::new(),
+            appended_here_at: None,
+            committer_asleep: false,
+            preparing: false,
         };
         log.reload()?;
         let released = log.state.release_leases(crate::clock::now_ms());
@@ -132,31 +135,29 @@ impl LogStore {
         durability: Durability,
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let change: committer::Change = Box::new(move |tx| {
-            let result = write(tx);
-            let aborts = match &result {
-                Err(e @ (StoreError::Unavailable(_) | StoreError::Corrupt(_))) => {
-                    Some(e.to_string())
-                }
-                _ => None,
-            };
-            let reply: Reply = Box::new(move |failure| {
-                let _ = answer.send(match failure {
-                    Some(why) => Err(StoreError::Unavailable(why.to_owned())),
-                    None => result,
-                });
-            });
-            (reply, aborts)
-        });
-        let op = Op { change, durability };
+        let (op, answered) = op(durability, write);
         match riding {
             true => self.committer.submit_riding(op)?,
             false => self.committer.submit(op)?,
         }
-        answered
-            .await
-            .map_err(|_| StoreError::Unavailable("the log committer stopped".into()))?
+        answer_of(answered).await
+    }
+
+    /// `write`, a lane's step answered once written, appended on the caller's own thread when
+    /// the log is free (`committer::append_here`), else queued as [`Self::queue`] does.
+    async fn append_or_queue<T: Send + 'static>(
+        &self,
+        riding: bool,
+        write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (op, answered) = op(Durability::Written, write);
+        if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
+            match riding {
+                true => self.committer.submit_riding(op)?,
+                false => self.committer.submit(op)?,
+            }
+        }
+        answer_of(answered).await
     }
 
     /// Reads the indexes (never while a group is being made durable).
@@ -164,6 +165,37 @@ impl LogStore {
         let log = self.shared.log.lock().unwrap_or_else(|e| e.into_inner());
         read(&log)
     }
+}
+
+/// A write for the commit thread (or a lane's own append), and where its answer comes.
+fn op<T: Send + 'static>(
+    durability: Durability,
+    write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+) -> (Op, tokio::sync::oneshot::Receiver<Result<T, StoreError>>) {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let change: committer::Change = Box::new(move |tx| {
+        let result = write(tx);
+        let aborts = match &result {
+            Err(e @ (StoreError::Unavailable(_) | StoreError::Corrupt(_))) => Some(e.to_string()),
+            _ => None,
+        };
+        let reply: Reply = Box::new(move |failure| {
+            let _ = answer.send(match failure {
+                Some(why) => Err(StoreError::Unavailable(why.to_owned())),
+                None => result,
+            });
+        });
+        (reply, aborts)
+    });
+    (Op { change, durability }, answered)
+}
+
+async fn answer_of<T>(
+    answered: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    answered
+        .await
+        .map_err(|_| StoreError::Unavailable("the log committer stopped".into()))?
 }
 
 /// Reads records at `locs` through their segments' handles, outside the lock.
@@ -345,9 +377,7 @@ impl Jobs for LogStore {
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
         let riding = step.start.is_empty();
         let (out, unread) = self
-            .queue(riding, Durability::Written, move |tx| {
-                delivery::step(tx, &step)
-            })
+            .append_or_queue(riding, move |tx| delivery::step(tx, &step))
             .await?;
         delivery::read_started(out, unread)
     }

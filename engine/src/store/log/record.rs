@@ -35,6 +35,13 @@ pub(super) struct Loc {
     pub len: u32,
 }
 
+impl Loc {
+    /// Where the record ends in its segment.
+    pub fn end(&self) -> u64 {
+        self.offset + u64::from(self.len)
+    }
+}
+
 /// Every change but an event's arrival. Replay applies them in log order; each says the whole
 /// new state of what it names, so applying the last one is enough.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -320,8 +320,9 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// Zeros to write and sync past the active segment's prepared end (`Segments::preparation`).
 /// Written without the log's lock, so readers do not wait for it (about 2 ms for a stretch
-/// here): only the commit thread appends, rolls or prepares, so nothing moves the segment
-/// meanwhile, and readers never read past its frames.
+/// here): only the commit thread rolls or prepares, and no lane appends its own step while it
+/// does (`committer::append_here`), so nothing moves the segment meanwhile, and readers never
+/// read past its frames.
 pub(super) struct Preparation {
     file: Arc<File>,
     from: u64,

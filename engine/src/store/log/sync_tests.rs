@@ -117,3 +117,121 @@ async fn r_di_1_a_machine_crash_losing_unsynced_steps_brings_their_jobs_back() {
         "the job whose settlement was lost is due again"
     );
 }
+
+/// A lane appends its own step when the log is free (`committer::append_here`), beside ingest
+/// batches the commit thread writes and the zeros it prepares ahead outside the lock: over
+/// several prepared stretches, a reopened log sees every job, attempt and statistic the
+/// running one saw, and nothing waits for a sync past the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_steps_appended_by_lanes_beside_ingest_writes_last_as_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open(dir.path()).expect("open");
+    let sub = Uuid::now_v7();
+    let unit = UnitId::new("http:lender", 0);
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for _ in 0..150 {
+                let events: Vec<_> = (0..8)
+                    .map(|_| {
+                        let mut e = event("t-lanes", "x.created");
+                        e.payload = vec![b'x'; 2048];
+                        e
+                    })
+                    .collect();
+                write_with_jobs(&store, &unit, 5, events, &[sub]).await;
+            }
+        })
+    };
+    let (mut settled, mut rounds) = (0, 0);
+    while !writer.is_finished() || rounds < 3 {
+        rounds += 1;
+        let now = crate::clock::now_ms();
+        let jobs = due(&store, 5, now).await;
+        let start: Vec<u128> = jobs.iter().map(|j| j.id).collect();
+        let out = store
+            .delivery_step(step(vec![], start, now))
+            .await
+            .expect("leased");
+        // Every other job fails once (a rewrite), the rest are delivered (a removal).
+        let settle = (out.started.iter())
+            .map(|s| Settlement {
+                job: s.job.id,
+                settled: match s.job.id % 2 {
+                    0 => Settled::Delivered(attempt(true, now)),
+                    _ => Settled::RetryAt(now + 3_600_000, attempt(false, now)),
+                },
+            })
+            .collect::<Vec<_>>();
+        settled += settle.len();
+        store
+            .delivery_step(step(settle, vec![], now))
+            .await
+            .expect("settled");
+    }
+    writer.await.expect("writer");
+    assert!(settled > 0);
+    assert!(
+        store.read(|log| log.appended_here_at.is_some()),
+        "lanes appended steps themselves"
+    );
+    let (bytes, far) = (store.unsynced().1, i64::MAX / 2);
+    assert!(bytes > (3 * 256) << 10, "past several prepared stretches");
+    let seen = |jobs: Vec<crate::store::JobRecord>| {
+        let mut seen: Vec<_> = jobs.iter().map(|j| (j.id, j.attempts, j.starts)).collect();
+        seen.sort_unstable();
+        seen
+    };
+    let before = (
+        seen(due(&store, 5, far).await),
+        store.delivery_stats("t-lanes", sub).await.expect("stats"),
+    );
+    let deadline = Instant::now() + UNSYNCED_AT_MOST * 10;
+    while store.unsynced().0.is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(store.unsynced().0.is_none(), "synced within the bound");
+    drop(store);
+    let reopened = LogStore::open(dir.path()).expect("reopen");
+    let after = (
+        seen(due(&reopened, 5, far).await),
+        reopened
+            .delivery_stats("t-lanes", sub)
+            .await
+            .expect("stats"),
+    );
+    assert_eq!(before.0, after.0);
+    assert_eq!(before.1.delivered, after.1.delivered);
+    assert_eq!(before.1.failed_attempts, after.1.failed_attempts);
+}
+
+/// A step that finds the log busy (a group being written, a reader) goes to the commit thread
+/// and is answered from there: a lane never waits on the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_a_step_finding_the_log_busy_goes_to_the_commit_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open(dir.path()).expect("open");
+    let job = one_job(&store, 6).await;
+    let (held, release) = std::sync::mpsc::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let shared = store.shared.clone();
+        std::thread::spawn(move || {
+            let _log = shared.log.lock().expect("lock");
+            locked.send(()).expect("locked");
+            let _ = release.recv_timeout(Duration::from_secs(5));
+        })
+    };
+    is_locked.recv().expect("the log is held");
+    let settling = tokio::spawn({
+        let store = store.clone();
+        async move { settle(&store, job).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!settling.is_finished(), "it waits for the lock's holder");
+    held.send(()).expect("release");
+    holder.join().expect("holder");
+    settling.await.expect("settled by the commit thread");
+    assert!(store.read(|log| log.appended_here_at.is_none()));
+    assert!(due(&store, 6, crate::clock::now_ms()).await.is_empty());
+}

@@ -345,3 +345,59 @@ async fn r_in_7_log_store_on_a_full_disk_fails_writes_whole_and_resumes() {
         Some(acknowledged + 1)
     );
 }
+
+/// A step's leased jobs come back in the order they were asked for, each with its own event,
+/// though the events are read in runs by place: across segments, with events far apart, and
+/// one record longer than a run's span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_5_a_steps_events_come_back_in_the_order_leased_however_they_lie() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open_with(dir.path(), 64 << 10).expect("open");
+    let (sub, lane) = (Uuid::now_v7(), 3);
+    let unit = UnitId::new("http:lender", 0);
+    let mut sizes = std::collections::HashMap::new();
+    for n in 0..40usize {
+        let mut e = event(&format!("t-order-{}", n % 3), "x.created");
+        // Mostly small, now and then large (records far apart), once past a read's span.
+        let size = match n {
+            17 => 300 << 10,
+            n if n % 7 == 0 => 20 << 10,
+            _ => 100 + n,
+        };
+        e.payload = vec![b'a' + (n % 26) as u8; size];
+        sizes.insert(e.id, size);
+        write_with_jobs(&store, &unit, lane, vec![e], &[sub]).await;
+    }
+    assert!(
+        segment_files(dir.path()).len() > 2,
+        "the events span segments"
+    );
+    let now = crate::clock::now_ms();
+    let jobs = due(&store, lane, now).await;
+    assert_eq!(jobs.len(), 40);
+    assert_eq!(sizes.values().filter(|&&s| s == 20 << 10).count(), 6);
+    // Asked for out of place order (odd ones first, newest first), passing over the 20 KiB
+    // events, so some runs end at a wide gap.
+    let wanted: Vec<u128> = (jobs.iter())
+        .filter(|j| sizes[&j.event_id] != 20 << 10)
+        .map(|j| j.id)
+        .collect();
+    let mut asked: Vec<u128> = wanted.iter().rev().step_by(2).copied().collect();
+    asked.extend(wanted.iter().step_by(2));
+    let out = store
+        .delivery_step(step(vec![], asked.clone(), now))
+        .await
+        .expect("leased");
+    let started: Vec<u128> = out.started.iter().map(|s| s.job.id).collect();
+    assert_eq!(started, asked);
+    for s in &out.started {
+        assert_eq!(s.event.event.id, s.job.event_id);
+        assert_eq!(s.event.event.tenant, s.job.tenant);
+        assert_eq!(s.event.seq, s.job.event_seq);
+    }
+    let big = out
+        .started
+        .iter()
+        .filter(|s| s.event.event.payload.len() == 300 << 10);
+    assert_eq!(big.count(), 1);
+}
