@@ -161,7 +161,7 @@ fn lane_step(c: &mut Criterion) {
                 let job = JobRecord {
                     id: due.job,
                     lane: 0,
-                    tenant: tenant.to_string(),
+                    tenant: tenant.clone(),
                     subscription: Uuid::from_u128(due.job),
                     event_id: Uuid::from_u128(due.job),
                     event_seq: due.job as u64,

@@ -79,7 +79,7 @@ pub async fn jobs_are_written_with_their_events_once(store: &dyn Store, ns: &str
     // R-IN-6: the replayed event is a duplicate and creates no second job.
     write_with_jobs(store, &unit, lane, vec![ev.clone()], &subs).await;
     let jobs: Vec<_> = due(store, lane, now).await;
-    let mine: Vec<_> = jobs.iter().filter(|j| j.tenant == tenant).collect();
+    let mine: Vec<_> = jobs.iter().filter(|j| *j.tenant == *tenant).collect();
     assert_eq!(
         mine.len(),
         2,
@@ -94,7 +94,7 @@ pub async fn jobs_are_written_with_their_events_once(store: &dyn Store, ns: &str
         due(store, lane, now)
             .await
             .iter()
-            .filter(|j| j.tenant == tenant)
+            .filter(|j| *j.tenant == *tenant)
             .count(),
         2
     );
@@ -113,7 +113,7 @@ pub async fn jobs_are_written_with_their_events_once(store: &dyn Store, ns: &str
     assert!(due(store, lane, now)
         .await
         .iter()
-        .all(|j| j.tenant != tenant));
+        .all(|j| *j.tenant != *tenant));
 }
 
 pub async fn leases_retries_dead_letters_and_replay(store: &dyn Store, ns: &str, lane: Lane) {
@@ -126,7 +126,7 @@ pub async fn leases_retries_dead_letters_and_replay(store: &dyn Store, ns: &str,
     let job = due(store, lane, now)
         .await
         .into_iter()
-        .find(|j| j.tenant == tenant)
+        .find(|j| *j.tenant == *tenant)
         .expect("job");
 
     // Leased: started with its event, and no longer due until the lease lapses.
@@ -247,7 +247,7 @@ pub async fn lapsed_leases_count_as_recoveries_then_poison(
     let job = due(store, lane, now)
         .await
         .into_iter()
-        .find(|j| j.tenant == tenant)
+        .find(|j| *j.tenant == *tenant)
         .expect("job");
     // Five attempts start and never report (the worker dies each time): the leases lapse.
     for started in 1..=5 {
@@ -300,10 +300,10 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
     );
     let page = page.jobs;
     assert!(
-        page.iter().any(|j| j.tenant == cold),
+        page.iter().any(|j| *j.tenant == *cold),
         "{ns}: the cold tenant is on the first page"
     );
-    assert!(page.iter().filter(|j| j.tenant == hot).count() <= 16);
+    assert!(page.iter().filter(|j| *j.tenant == *hot).count() <= 16);
     // Held jobs are passed over: the next page brings the hot tenant's next ones.
     let held: HashSet<u128> = page.iter().map(|j| j.id).collect();
     let next = store

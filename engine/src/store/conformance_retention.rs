@@ -100,7 +100,7 @@ async fn bury_one_and_cancel_the_rest(store: &dyn Store, tenant: &str, lane: Lan
     let mine: Vec<_> = due(store, lane, now)
         .await
         .into_iter()
-        .filter(|j| j.tenant == tenant)
+        .filter(|j| &*j.tenant == tenant)
         .collect();
     assert_eq!(mine.len(), 3);
     let settle = mine

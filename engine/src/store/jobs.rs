@@ -3,6 +3,7 @@
 //! auto-disable streak).
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::delivery::autodisable::Streak;
@@ -30,7 +31,8 @@ pub struct DuePage {
 pub struct JobRecord {
     pub id: u128,
     pub lane: Lane,
-    pub tenant: String,
+    /// Shared: a job's tenant is copied into every record read of it (pages, steps).
+    pub tenant: Arc<str>,
     pub subscription: Uuid,
     pub event_id: Uuid,
     pub event_seq: u64,
@@ -52,7 +54,7 @@ impl JobRecord {
         Self {
             id: job_id(event.id, sub),
             lane,
-            tenant: event.tenant.clone(),
+            tenant: Arc::from(event.tenant.as_str()),
             subscription: sub,
             event_id: event.id,
             event_seq: seq,

@@ -64,7 +64,7 @@ impl DeliveryLane {
         lane.tally.attempt(now - started_ms);
         if let Some(b) = lane
             .breakers
-            .get_mut(&f.job.tenant)
+            .get_mut(&*f.job.tenant)
             .and_then(|of_tenant| of_tenant.get_mut(&f.destination))
         {
             let was_closed = matches!(b.state, crate::delivery::breaker::State::Closed { .. });
@@ -111,7 +111,7 @@ impl DeliveryLane {
             Settled::Delivered(_) => c.delivered.fetch_add(1, Ordering::Relaxed),
             Settled::DeadLetter { .. } => {
                 tracing::info!(
-                    tenant = f.job.tenant,
+                    tenant = &*f.job.tenant,
                     subscription = %f.job.subscription,
                     event = %f.job.event_id,
                     attempts = f.job.attempts + 1,
@@ -239,7 +239,7 @@ fn outcome_of(job: &JobRecord, settled: &Settled) -> Option<hub_core::outcomes::
     };
     let record = record?;
     Some(DeliveryOutcome {
-        tenant: job.tenant.clone(),
+        tenant: job.tenant.to_string(),
         subscription: job.subscription,
         event_id: job.event_id,
         seq: job.event_seq,

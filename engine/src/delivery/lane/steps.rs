@@ -103,13 +103,13 @@ impl DeliveryLane {
         // Looked up by `&str`; the keys are copied only for a new breaker.
         let breaker = match lane
             .breakers
-            .get_mut(&job.tenant)
+            .get_mut(&*job.tenant)
             .and_then(|of_tenant| of_tenant.get_mut(destination))
         {
             Some(b) => b,
             None => lane
                 .breakers
-                .entry(job.tenant.clone())
+                .entry(job.tenant.to_string())
                 .or_default()
                 .entry(destination.to_owned())
                 .or_insert_with(|| Breaker::new(self.config.breaker)),

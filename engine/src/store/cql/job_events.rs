@@ -29,7 +29,7 @@ impl CqlStore {
     ) -> Result<Vec<Option<StoredEvent>>, StoreError> {
         let at: Vec<EventAt<'_>> = jobs
             .iter()
-            .map(|j| (j.tenant.as_str(), j.event_seq, j.event_id))
+            .map(|j| (&*j.tenant, j.event_seq, j.event_id))
             .collect();
         self.events_at(&at).await
     }

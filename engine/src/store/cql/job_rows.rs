@@ -42,7 +42,7 @@ pub(super) type Unit<'a> = (Part<'a>, Vec<(&'a PreparedStatement, BoxedRow<'a>)>
 /// The partition of a job's row.
 pub(super) fn job_part(job: &StoredJob) -> Part<'_> {
     let r = &job.record;
-    Part::Queue(r.lane, r.tenant.as_str(), r.subscription)
+    Part::Queue(r.lane, &r.tenant, r.subscription)
 }
 
 /// Orders jobs by queue, so the rows of one partition are consecutive.
@@ -74,7 +74,7 @@ impl CqlStore {
         let r = &job.record;
         let (lane, tenant, sub, due, id) = (
             lane_i32(r.lane),
-            r.tenant.as_str(),
+            &*r.tenant,
             r.subscription,
             job.row_due_ms,
             id_key(r.id).to_vec(),

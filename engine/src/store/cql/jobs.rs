@@ -192,7 +192,7 @@ impl CqlStore {
         }
         let queues: HashSet<(&str, Uuid)> = jobs
             .iter()
-            .map(|(_, j, _)| (j.tenant.as_str(), j.subscription))
+            .map(|(_, j, _)| (&*j.tenant, j.subscription))
             .collect();
         all(queues
             .into_iter()

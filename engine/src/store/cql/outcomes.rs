@@ -232,7 +232,7 @@ impl CqlStore {
         attempts: &[(&JobRecord, &AttemptRecord)],
         dead: &[&JobRecord],
     ) -> Result<Vec<(String, Uuid, Streak)>, StoreError> {
-        let key = |j: &JobRecord| (j.tenant.clone(), j.subscription, j.lane);
+        let key = |j: &JobRecord| (j.tenant.to_string(), j.subscription, j.lane);
         let keys: HashSet<StatsKey> = attempts
             .iter()
             .map(|(j, _)| key(j))
@@ -267,7 +267,7 @@ impl CqlStore {
                     row.dirty = true;
                 }
                 if !a.success {
-                    failing.insert((job.tenant.clone(), job.subscription));
+                    failing.insert((job.tenant.to_string(), job.subscription));
                 }
             }
             for job in dead {

@@ -30,7 +30,7 @@ pub(super) struct JobTables<'txn> {
 fn due_key(job: &JobRecord) -> (u32, &str, u128, u64, u128) {
     (
         job.lane,
-        job.tenant.as_str(),
+        &*job.tenant,
         job.subscription.as_u128(),
         job.due_at_ms.max(0) as u64,
         job.id,
@@ -38,7 +38,7 @@ fn due_key(job: &JobRecord) -> (u32, &str, u128, u64, u128) {
 }
 
 fn queue_key(job: &JobRecord) -> (u32, &str, u128) {
-    (job.lane, job.tenant.as_str(), job.subscription.as_u128())
+    (job.lane, &*job.tenant, job.subscription.as_u128())
 }
 
 impl<'txn> JobTables<'txn> {
@@ -110,7 +110,7 @@ impl<'txn> JobTables<'txn> {
 
     fn bury(&mut self, job: JobRecord, reason: String, now_ms: i64) -> Result<(), StoreError> {
         self.remove(&job)?;
-        let key = (job.tenant.as_str(), job.subscription.as_u128(), job.id);
+        let key = (&*job.tenant, job.subscription.as_u128(), job.id);
         let letter = DeadLetter {
             job: job.clone(),
             reason,
@@ -172,7 +172,7 @@ pub(super) fn apply_step(
         if let Some(a) = attempt {
             stats.get(t, &job.tenant, job.subscription)?.record(a);
             if !a.success {
-                failing.insert((job.tenant.clone(), job.subscription));
+                failing.insert((job.tenant.to_string(), job.subscription));
             }
         }
         match change {
@@ -201,7 +201,7 @@ pub(super) fn apply_step(
             }
         };
         let event = match events
-            .get((job.tenant.as_str(), job.event_seq))
+            .get((&*job.tenant, job.event_seq))
             .map_err(unavailable)?
         {
             Some(v) => decode::<StoredEvent>(v.value())?,

@@ -1,7 +1,7 @@
 //! The log's writer: a thread that takes every write waiting at that moment, builds one frame
 //! of their changes, appends it with one `fdatasync`, and only then answers them. A lane's
-//! delivery step that finds the log free and needs a write alone is appended by the lane
-//! itself ([`append_here`]), under the same lock and through the same code.
+//! lease step that finds the log free and needs a write alone is appended by the lane itself
+//! ([`append_here`]), under the same lock and through the same code.
 //!
 //! The indexes are locked from the first change of a group until its frame is durable, so a
 //! reader never sees what a crash could still take back (R-IN-8: no `seq` is read before it
@@ -176,7 +176,7 @@ impl Op {
     }
 }
 
-/// Appends `op`, a lane's delivery step (`Durability::Written`), on the caller's thread when
+/// Appends `op`, a lane's lease step (`Durability::Written`), on the caller's thread when
 /// the log is free and its frame needs a write alone — no roll, no snapshot, no sync due, no
 /// preparation under way — and answers it there; gives `op` back for the commit thread
 /// otherwise. Issue 17: handing a step to the sleeping commit thread and its answer back to the

@@ -26,7 +26,7 @@ struct StatsCache(FastMap<Uuid, (String, DeliveryStats)>);
 impl StatsCache {
     fn get<'a>(&'a mut self, state: &State, job: &JobRecord) -> &'a mut DeliveryStats {
         let (_, stats) = self.0.entry(job.subscription).or_insert_with(|| {
-            let key = (job.tenant.clone(), job.subscription);
+            let key = (job.tenant.to_string(), job.subscription);
             let stats = state.stats.get(&key).cloned().unwrap_or_default();
             (key.0, stats)
         });

@@ -53,7 +53,7 @@ impl JobEntry {
         JobRecord {
             id,
             lane: queue.0,
-            tenant: queue.1.to_string(),
+            tenant: queue.1.clone(),
             subscription: Uuid::from_u128(queue.2),
             event_id: self.event_id,
             event_seq: self.event_seq,

@@ -143,19 +143,20 @@ impl LogStore {
         answer_of(answered).await
     }
 
-    /// `write`, a lane's step answered once written, appended on the caller's own thread when
-    /// the log is free (`committer::append_here`), else queued as [`Self::queue`] does.
+    /// `write`, a lane's step answered once written. A step with leases (workers wait for it)
+    /// is appended on the caller's own thread when the log is free (`committer::append_here`),
+    /// else goes to the commit thread at once; a step of outcomes alone (`riding`) rides the
+    /// next group, as [`Self::queue`] does, sharing its frame rather than paying a write.
     async fn append_or_queue<T: Send + 'static>(
         &self,
         riding: bool,
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (op, answered) = op(Durability::Written, write);
-        if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
-            match riding {
-                true => self.committer.submit_riding(op)?,
-                false => self.committer.submit(op)?,
-            }
+        if riding {
+            self.committer.submit_riding(op)?;
+        } else if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
+            self.committer.submit(op)?;
         }
         answer_of(answered).await
     }
@@ -372,8 +373,8 @@ impl Jobs for LogStore {
     }
 
     /// A step of outcomes alone rides the next group (nobody waits on it to start work); a step
-    /// with leases goes at once. Either is answered once written, before a sync
-    /// (`Durability::Written`).
+    /// with leases goes at once, appended by the lane itself when the log is free. Either is
+    /// answered once written, before a sync (`Durability::Written`).
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
         let riding = step.start.is_empty();
         let (out, unread) = self

@@ -193,7 +193,7 @@ impl State {
             Change::JobGone { id } => self.remove_job(id),
             Change::Dead(letter) => {
                 let key = (
-                    letter.job.tenant.clone(),
+                    letter.job.tenant.to_string(),
                     letter.job.subscription.as_u128(),
                     letter.job.id,
                 );
@@ -482,10 +482,7 @@ mod tests {
             },
         );
         let (kept, leased) = state.job(a.id).expect("kept");
-        assert_eq!(
-            (kept.tenant.as_str(), kept.lane, kept.due_at_ms),
-            ("t-a", 1, 20)
-        );
+        assert_eq!((&*kept.tenant, kept.lane, kept.due_at_ms), ("t-a", 1, 20));
         assert!(leased);
         assert_eq!(state.job(b.id).map(|(j, _)| j.tenant), Some("t-b".into()));
         assert_eq!(state.queues.len(), 2);

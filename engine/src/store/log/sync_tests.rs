@@ -118,7 +118,7 @@ async fn r_di_1_a_machine_crash_losing_unsynced_steps_brings_their_jobs_back() {
     );
 }
 
-/// A lane appends its own step when the log is free (`committer::append_here`), beside ingest
+/// A lane appends its own lease step when the log is free (`committer::append_here`), beside ingest
 /// batches the commit thread writes and the zeros it prepares ahead outside the lock: over
 /// several prepared stretches, a reopened log sees every job, attempt and statistic the
 /// running one saw, and nothing waits for a sync past the bound.
@@ -205,8 +205,8 @@ async fn r_di_1_steps_appended_by_lanes_beside_ingest_writes_last_as_written() {
     assert_eq!(before.1.failed_attempts, after.1.failed_attempts);
 }
 
-/// A step that finds the log busy (a group being written, a reader) goes to the commit thread
-/// and is answered from there: a lane never waits on the lock.
+/// A lease step that finds the log busy (a group being written, a reader) goes to the commit
+/// thread and is answered from there: a lane never waits on the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_di_1_a_step_finding_the_log_busy_goes_to_the_commit_thread() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -223,15 +223,47 @@ async fn r_di_1_a_step_finding_the_log_busy_goes_to_the_commit_thread() {
         })
     };
     is_locked.recv().expect("the log is held");
-    let settling = tokio::spawn({
+    let leasing = tokio::spawn({
         let store = store.clone();
-        async move { settle(&store, job).await }
+        async move { lease(&store, job).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!settling.is_finished(), "it waits for the lock's holder");
+    assert!(!leasing.is_finished(), "it waits for the lock's holder");
     held.send(()).expect("release");
     holder.join().expect("holder");
-    settling.await.expect("settled by the commit thread");
+    leasing.await.expect("leased by the commit thread");
     assert!(store.read(|log| log.appended_here_at.is_none()));
     assert!(due(&store, 6, crate::clock::now_ms()).await.is_empty());
+}
+
+async fn lease(store: &LogStore, job: u128) {
+    let now = crate::clock::now_ms();
+    let out = store
+        .delivery_step(step(vec![], vec![job], now))
+        .await
+        .expect("leased");
+    assert_eq!(out.started.len(), 1);
+}
+
+/// A lease step the lane appended itself, the commit thread asleep with nothing to sync: the
+/// thread is woken and syncs it within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_a_lease_appended_by_its_lane_is_synced_within_the_bound() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open(dir.path()).expect("open");
+    let job = one_job(&store, 7).await;
+    // Past the bound after the last write: the thread sleeps with no time to come back.
+    tokio::time::sleep(UNSYNCED_AT_MOST * 2).await;
+    assert!(store.read(|log| log.committer_asleep));
+    lease(&store, job).await;
+    assert!(
+        store.read(|log| log.appended_here_at.is_some()),
+        "appended by the lane"
+    );
+    assert!(store.unsynced().0.is_some(), "answered before a sync");
+    let deadline = Instant::now() + UNSYNCED_AT_MOST * 10;
+    while store.unsynced().0.is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(store.unsynced().0.is_none(), "synced within the bound");
 }

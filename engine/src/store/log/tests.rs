@@ -392,7 +392,7 @@ async fn r_di_5_a_steps_events_come_back_in_the_order_leased_however_they_lie() 
     assert_eq!(started, asked);
     for s in &out.started {
         assert_eq!(s.event.event.id, s.job.event_id);
-        assert_eq!(s.event.event.tenant, s.job.tenant);
+        assert_eq!(*s.event.event.tenant, *s.job.tenant);
         assert_eq!(s.event.seq, s.job.event_seq);
     }
     let big = out
