@@ -1,7 +1,8 @@
 //! The log's writer: a thread that takes every write waiting at that moment, builds one frame
-//! of their changes, appends it with one `fdatasync`, and only then answers them. A lane's
-//! lease step that finds the log free and needs a write alone is appended by the lane itself
-//! ([`append_here`]), under the same lock and through the same code.
+//! of their changes, appends it with one `fdatasync`, and only then answers them. A write that
+//! finds the log free and needs a write alone — a lane's lease step, or an ingest batch on a
+//! quiet log — is appended by its writer itself ([`append_here`]), under the same lock and
+//! through the same code.
 //!
 //! The indexes are locked from the first change of a group until its frame is durable, so a
 //! reader never sees what a crash could still take back (R-IN-8: no `seq` is read before it
@@ -63,11 +64,13 @@ pub(super) struct Log {
     pub spent: Vec<u32>,
     /// The last group's frame buffer, for the next group (`Frame::in_buffer`).
     pub frame_buffer: Vec<u8>,
-    /// When a lane last appended its own step ([`append_here`]): while lanes do, the commit
-    /// thread comes back every [`UNSYNCED_AT_MOST`] to sync what they wrote.
+    /// When a writer last appended its own frame ([`append_here`]): while writers do, the
+    /// commit thread comes back every [`UNSYNCED_AT_MOST`] to sync what they left unsynced.
     pub appended_here_at: Option<Instant>,
-    /// The commit thread sleeps with no time to come back: a lane that leaves a frame unsynced
-    /// must wake it ([`append_here`]).
+    /// When the last frame was appended, by either path.
+    pub appended_at: Option<Instant>,
+    /// The commit thread sleeps with no time to come back: a writer that leaves it work (a
+    /// frame unsynced, a segment to prepare) must wake it ([`append_here`]).
     pub committer_asleep: bool,
     /// The commit thread writes zeros ahead in the active segment, outside the lock.
     pub preparing: bool,
@@ -176,28 +179,40 @@ impl Op {
     }
 }
 
-/// Appends `op`, a lane's lease step (`Durability::Written`), on the caller's thread when
-/// the log is free and its frame needs a write alone — no roll, no snapshot, no sync due, no
-/// preparation under way — and answers it there; gives `op` back for the commit thread
-/// otherwise. Issue 17: handing a step to the sleeping commit thread and its answer back to the
-/// shard were two wake-ups of sleeping threads per step (the `futex` wake alone ~9 % of a
-/// shard's cycles under a backlog). The commit thread still syncs what a lane wrote within
-/// [`UNSYNCED_AT_MOST`]: it comes back on its own while lanes append, and is woken when it
-/// sleeps with no time to come back.
+/// Appends `op` on the caller's thread when the log is free and its frame needs a write alone
+/// (no roll, no snapshot, no sync due, no preparation under way), and answers it there; gives
+/// `op` back for the commit thread otherwise. Two kinds of write fit (issue 17):
+/// - a lane's lease step (`Durability::Written`): handing it to the sleeping commit thread and
+///   the answer back were two wake-ups of sleeping threads per step (the `futex` wake alone ~9 %
+///   of a shard's cycles under a backlog);
+/// - an ingest batch (`Durability::Synced`) on a log quiet for [`QUIET_FOR`]: at a low rate each
+///   batch is a group of its own anyway, and the hand-off cost two wake-ups beside its sync.
+///
+/// The commit thread still syncs what a lane left unsynced within [`UNSYNCED_AT_MOST`] and
+/// prepares the segment ahead: it comes back on its own while writers append, and is woken
+/// when it sleeps with no time to come back.
 pub(super) fn append_here(shared: &Shared, committer: &Committer, op: Op) -> Result<(), Op> {
     let mut log = match shared.log.try_lock() {
         Ok(log) => log,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => return Err(op),
     };
-    if op.durability != Durability::Written || !log.takes_a_write_alone() {
+    let fits = match op.durability {
+        Durability::Written => log.takes_a_write_alone(),
+        // Its sync holds the writer's thread ~0.1 ms: only on a quiet log, where no other
+        // write would have shared its group. A busy log keeps grouping on the commit thread.
+        Durability::Synced => log.takes_a_write_alone() && log.quiet(),
+    };
+    if !fits {
         return Err(op);
     }
     let started = Instant::now();
     let (replies, failure, _) = commit_locked(&mut log, vec![op], GroupSpent::default());
     log.appended_here_at = Some(Instant::now());
-    let wake_committer =
-        log.segments.unsynced_since().is_some() && std::mem::take(&mut log.committer_asleep);
+    // The thread syncs what was left unsynced and prepares the segment ahead.
+    let for_thread = log.segments.unsynced_since().is_some()
+        || log.segments.wants_preparation(log.segment_bytes);
+    let wake_committer = for_thread && std::mem::take(&mut log.committer_asleep);
     drop(log);
     shared.timings.record(0, started);
     if wake_committer && committer.submit(Op::nothing()).is_err() {
@@ -207,7 +222,15 @@ pub(super) fn append_here(shared: &Shared, committer: &Committer, op: Op) -> Res
     Ok(())
 }
 
+/// How long no frame may have been appended for an ingest batch to be appended by its writer.
+pub(super) const QUIET_FOR: Duration = Duration::from_millis(1);
+
 impl Log {
+    /// Whether no frame was appended for [`QUIET_FOR`].
+    fn quiet(&self) -> bool {
+        self.appended_at.is_none_or(|t| t.elapsed() >= QUIET_FOR)
+    }
+
     /// Whether the next frame is a write alone: its segment started (so it carries no
     /// snapshot) and not full, nothing overdue for a sync, no preparation writing zeros ahead.
     fn takes_a_write_alone(&self) -> bool {
@@ -337,6 +360,7 @@ fn commit_locked(
             .err()
             .map(|e| e.to_string());
         spent.append = lap(&mut phase);
+        log.appended_at = Some(Instant::now());
     } else if failure.is_none() && sync {
         failure = log.segments.sync().err().map(|e| e.to_string());
     }

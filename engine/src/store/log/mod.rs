@@ -86,6 +86,7 @@ impl LogStore {
             spent: Vec::new(),
             frame_buffer: Vec::new(),
             appended_here_at: None,
+            appended_at: None,
             committer_asleep: false,
             preparing: false,
         };
@@ -143,19 +144,16 @@ impl LogStore {
         answer_of(answered).await
     }
 
-    /// `write`, a lane's step answered once written. A step with leases (workers wait for it)
-    /// is appended on the caller's own thread when the log is free (`committer::append_here`),
-    /// else goes to the commit thread at once; a step of outcomes alone (`riding`) rides the
-    /// next group, as [`Self::queue`] does, sharing its frame rather than paying a write.
+    /// `write`, appended on the caller's own thread when the log is free and the write fits
+    /// (`committer::append_here`: a lane's lease step, an ingest batch on a quiet log), else
+    /// in the next group, which starts at once; answered once as durable as `durability` says.
     async fn append_or_queue<T: Send + 'static>(
         &self,
-        riding: bool,
+        durability: Durability,
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let (op, answered) = op(Durability::Written, write);
-        if riding {
-            self.committer.submit_riding(op)?;
-        } else if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
+        let (op, answered) = op(durability, write);
+        if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
             self.committer.submit(op)?;
         }
         answer_of(answered).await
@@ -253,8 +251,8 @@ impl Ingest for LogStore {
         batch: Arc<IngestBatch>,
     ) -> Result<BatchOutcome, StoreError> {
         let unit = unit.clone();
-        self.write(move |tx| writes::ingest(tx, &unit, fence, &batch))
-            .await
+        let write = move |tx: &mut Tx<'_>| writes::ingest(tx, &unit, fence, &batch);
+        self.append_or_queue(Durability::Synced, write).await
     }
 
     async fn unit_offset(&self, unit: &UnitId) -> Result<Option<i64>, StoreError> {
@@ -377,9 +375,12 @@ impl Jobs for LogStore {
     /// answered once written, before a sync (`Durability::Written`).
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {
         let riding = step.start.is_empty();
-        let (out, unread) = self
-            .append_or_queue(riding, move |tx| delivery::step(tx, &step))
-            .await?;
+        let write = move |tx: &mut Tx<'_>| delivery::step(tx, &step);
+        let (out, unread) = match riding {
+            // Outcomes alone share the next group's frame rather than paying a write.
+            true => self.queue(true, Durability::Written, write).await?,
+            false => self.append_or_queue(Durability::Written, write).await?,
+        };
         delivery::read_started(out, unread)
     }
 

@@ -197,8 +197,7 @@ impl Segments {
     /// The next stretch of the active segment to prepare, when less than half a stretch is
     /// left, unless the segment is full (`segment_bytes`: the next group rolls it).
     pub fn preparation(&self, segment_bytes: u64) -> Option<Preparation> {
-        let room = self.prepared.saturating_sub(self.active_len);
-        if room >= PREPARE_BYTES / 2 || self.active_len >= segment_bytes {
+        if !self.wants_preparation(segment_bytes) {
             return None;
         }
         let from = self.prepared.max(self.active_len);
@@ -207,6 +206,12 @@ impl Segments {
             from,
             to: (from / PREPARE_BYTES + 1) * PREPARE_BYTES,
         })
+    }
+
+    /// Whether the active segment has less than half a stretch prepared and room to grow.
+    pub fn wants_preparation(&self, segment_bytes: u64) -> bool {
+        let room = self.prepared.saturating_sub(self.active_len);
+        room < PREPARE_BYTES / 2 && self.active_len < segment_bytes
     }
 
     /// Records how `preparation` went. Its sync was the active segment's, so the frames written

@@ -267,3 +267,30 @@ async fn r_di_1_a_lease_appended_by_its_lane_is_synced_within_the_bound() {
     }
     assert!(store.unsynced().0.is_none(), "synced within the bound");
 }
+
+/// On a quiet log an ingest batch is appended and synced by its writer (no hand-off to the
+/// commit thread and back); it is answered only once synced, as from the commit thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_8_an_ingest_batch_on_a_quiet_log_is_synced_by_its_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open(dir.path()).expect("open");
+    // The first frame of a segment carries its snapshot: the commit thread writes it.
+    one_job(&store, 8).await;
+    assert!(store.read(|log| log.appended_here_at.is_none()));
+    // Past the commit thread's preparation of zeros ahead (no writer appends meanwhile).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.read(|log| log.preparing) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(super::committer::QUIET_FOR * 5).await;
+    let (_, before) = store.unsynced();
+    one_job(&store, 9).await;
+    assert!(
+        store.read(|log| log.appended_here_at.is_some()),
+        "appended by its writer"
+    );
+    let (unsynced, after) = store.unsynced();
+    assert!(after > before, "its frame is in the file");
+    assert!(unsynced.is_none(), "and synced before the answer");
+}
