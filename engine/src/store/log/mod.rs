@@ -4,9 +4,10 @@
 //! Every write becomes records appended to the newest segment file (`record`, `segments`);
 //! the indexes that answer reads — dedup marks, `seq` heads, where each event lies, jobs by
 //! lane and due time, dead letters, statistics — live in memory (`state`) and are rebuilt by
-//! replaying the segments when the store opens. One thread writes (`committer`): it merges the
-//! writes waiting at the moment into one frame, so a group lands whole or not at all, as one
-//! redb transaction did. Retention expires rows as changes and drops whole segments once
+//! replaying the segments when the store opens. A commit thread writes (`committer`): it merges
+//! the writes waiting at the moment into one frame, so a group lands whole or not at all, as one
+//! redb transaction did; a write that finds the log free and quiet enough is appended by its
+//! writer the same way, under the same lock (`committer::append_here`). Retention expires rows as changes and drops whole segments once
 //! nothing in them is kept (`retention`).
 //!
 //! Invariant: the indexes are only ever changed by applying a record that is in (or going into)
