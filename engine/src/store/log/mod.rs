@@ -7,8 +7,8 @@
 //! replaying the segments when the store opens. A commit thread writes (`committer`): it merges
 //! the writes waiting at the moment into one frame, so a group lands whole or not at all, as one
 //! redb transaction did; a write that finds the log free and quiet enough is appended by its
-//! writer the same way, under the same lock (`committer::append_here`). Retention expires rows as changes and drops whole segments once
-//! nothing in them is kept (`retention`).
+//! writer the same way, under the same lock (`committer::append_here`). Retention expires rows
+//! as changes and drops whole segments once nothing in them is kept (`retention`).
 //!
 //! Invariant: the indexes are only ever changed by applying a record that is in (or going into)
 //! the log, through `State::apply`; replay applies the same records the same way.
