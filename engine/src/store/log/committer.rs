@@ -113,27 +113,31 @@ const SLOW_GROUP: Duration = Duration::from_millis(100);
 
 pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
     Committer::start("log-commit", move |group| {
-        let wake = if group.is_empty() {
-            sync_overdue(&shared)
-        } else {
-            let started = Instant::now();
-            let writes = group.len();
-            let (replies, failure, spent, wake) = commit_group(&shared, group);
-            shared.timings.record(0, started);
-            let took = started.elapsed();
-            if took >= SLOW_GROUP {
-                tracing::info!(?took, writes, ?spent, "slow log group commit");
-            }
-            let failed = failure.is_some();
-            answer(&shared, replies, failure);
-            if failed {
-                return wake; // nothing to prepare ahead of a segment just cut back
-            }
-            wake
+        let (wake, failed) = match group.is_empty() {
+            true => (sync_overdue(&shared), false),
+            false => commit_and_answer(&shared, group),
         };
-        prepare_ahead(&shared);
+        // Nothing to prepare ahead of a segment just cut back.
+        if !failed {
+            prepare_ahead(&shared);
+        }
         wake
     })
+}
+
+/// Commits `group` and answers its writers; when to come back, and whether the append failed.
+fn commit_and_answer(shared: &Shared, group: Vec<Op>) -> (Option<Instant>, bool) {
+    let started = Instant::now();
+    let writes = group.len();
+    let (replies, failure, spent, wake) = commit_group(shared, group);
+    shared.timings.record(0, started);
+    let took = started.elapsed();
+    if took >= SLOW_GROUP {
+        tracing::info!(?took, writes, ?spent, "slow log group commit");
+    }
+    let failed = failure.is_some();
+    answer(shared, replies, failure);
+    (wake, failed)
 }
 
 /// Tells a group's writers its fate, keeping a failure for readiness until an append lands.
@@ -146,8 +150,8 @@ fn answer(shared: &Shared, replies: Vec<Reply>, failure: Option<String>) {
     }
 }
 
-/// Prepares the active segment's next stretch, outside the log's lock; no lane appends its own
-/// step meanwhile (`Log::preparing`), so the stretch's zeros overwrite nothing and its sync
+/// Prepares the active segment's next stretch, outside the log's lock; no writer appends its
+/// own frame meanwhile (`Log::preparing`), so the stretch's zeros overwrite nothing and its sync
 /// covers every frame written.
 fn prepare_ahead(shared: &Shared) {
     let preparing = Instant::now();
@@ -170,7 +174,8 @@ fn prepare_ahead(shared: &Shared) {
 }
 
 impl Op {
-    /// A write of nothing: wakes the commit thread to see what waits for a sync.
+    /// A write of nothing: wakes the commit thread to see what waits for it (a sync, the
+    /// segment's preparation).
     fn nothing() -> Self {
         Self {
             change: Box::new(|_| (Box::new(|_| {}), None)),
@@ -235,11 +240,12 @@ impl Log {
     /// snapshot) and not full, nothing overdue for a sync, no preparation writing zeros ahead.
     fn takes_a_write_alone(&self) -> bool {
         let len = self.segments.active_len();
-        let overdue = self
-            .segments
-            .unsynced_since()
-            .is_some_and(|t| t.elapsed() >= UNSYNCED_AT_MOST);
-        len > 0 && len < self.segment_bytes && !overdue && !self.preparing
+        len > 0 && len < self.segment_bytes && !self.sync_overdue() && !self.preparing
+    }
+
+    /// Whether a frame has waited for a sync [`UNSYNCED_AT_MOST`] or longer.
+    fn sync_overdue(&self) -> bool {
+        (self.segments.unsynced_since()).is_some_and(|t| t.elapsed() >= UNSYNCED_AT_MOST)
     }
 
     /// When the commit thread must come back with no writes: to sync what waits for one, or,
@@ -261,11 +267,7 @@ impl Log {
 fn sync_overdue(shared: &Shared) -> Option<Instant> {
     let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
     log.committer_asleep = false;
-    let overdue = log
-        .segments
-        .unsynced_since()
-        .is_some_and(|since| since.elapsed() >= UNSYNCED_AT_MOST);
-    if overdue {
+    if log.sync_overdue() {
         if let Err(e) = log.segments.sync() {
             tracing::warn!(error = %e, "could not sync the log's delivery steps; trying again");
             return Some(Instant::now() + UNSYNCED_AT_MOST);
@@ -327,10 +329,7 @@ fn commit_locked(
     );
     let mut sync = fresh_segment
         || group.iter().any(|op| op.durability == Durability::Synced)
-        || log
-            .segments
-            .unsynced_since()
-            .is_some_and(|t| t.elapsed() >= UNSYNCED_AT_MOST);
+        || log.sync_overdue();
     {
         let mut tx = Tx {
             state: &mut log.state,

@@ -138,11 +138,16 @@ impl LogStore {
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (op, answered) = op(durability, write);
-        match riding {
-            true => self.committer.submit_riding(op)?,
-            false => self.committer.submit(op)?,
-        }
+        self.submit(riding, op)?;
         answer_of(answered).await
+    }
+
+    /// Hands `op` to the commit thread (`riding`: for the next group another write starts).
+    fn submit(&self, riding: bool, op: Op) -> Result<(), StoreError> {
+        match riding {
+            true => self.committer.submit_riding(op),
+            false => self.committer.submit(op),
+        }
     }
 
     /// `write`, appended on the caller's own thread when the log is free and the write fits
@@ -155,7 +160,7 @@ impl LogStore {
     ) -> Result<T, StoreError> {
         let (op, answered) = op(durability, write);
         if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
-            self.committer.submit(op)?;
+            self.submit(false, op)?;
         }
         answer_of(answered).await
     }
