@@ -5,14 +5,16 @@
 //! listens; the hub's own consumer reads that copy back as a duplicate of what it stored (same
 //! tenant and id), so it is neither stored nor delivered twice.
 
+mod publisher;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use hub_control::probe::HubEvents;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use uuid::Uuid;
+
+pub use publisher::{Outgoing, Publisher};
 
 use crate::ingest::jobs::JobRouting;
 use crate::store::{Fence, InboxEvent, Ingest, IngestBatch, UnitId};
@@ -22,7 +24,7 @@ pub struct PipelineEvents {
     pub store: Arc<dyn Ingest>,
     pub routing: Option<JobRouting>,
     pub tokio: tokio::runtime::Handle,
-    pub kafka: Option<FutureProducer>,
+    pub kafka: Option<Publisher>,
 }
 
 impl std::fmt::Debug for PipelineEvents {
@@ -40,13 +42,13 @@ pub const HUB_TOPIC: &str = "lerian.streaming.hub";
 pub fn hub_producer(
     brokers: &str,
     security: &crate::ingest::kafka_security::KafkaSecurity,
-) -> anyhow::Result<FutureProducer> {
+) -> anyhow::Result<Publisher> {
     let mut config = ClientConfig::new();
     security.apply(&mut config);
-    Ok(config
+    config
         .set("bootstrap.servers", brokers)
-        .set("message.timeout.ms", "30000")
-        .create()?)
+        .set("message.timeout.ms", "30000");
+    Publisher::new(&config)
 }
 
 /// The binary-mode CloudEvent headers of a hub event (the attributes R-IN-2 reads).
@@ -141,11 +143,13 @@ impl HubEvents for PipelineEvents {
                 }
             }
             if let Some((producer, headers, payload, record_key)) = published {
-                let record = FutureRecord::to(HUB_TOPIC)
-                    .key(&record_key)
-                    .payload(&payload)
-                    .headers(headers);
-                if let Err((e, _)) = producer.send(record, Duration::from_secs(30)).await {
+                let record = Outgoing {
+                    topic: HUB_TOPIC,
+                    key: &record_key,
+                    payload: &payload,
+                    headers,
+                };
+                if let Err(e) = producer.send(record).await {
                     tracing::warn!(error = %e, key, "a hub event was not published to Kafka");
                 }
             }

@@ -65,6 +65,7 @@ impl ShardIngest {
     ) {
         let mut fences: HashMap<UnitId, Fence> = HashMap::new();
         while let Some(pass) = self.next_pass(&records, queues.as_mut()).await {
+            crate::runtime::note_work();
             let started = std::time::Instant::now();
             let (count, units) = (pass.len(), group_by_unit(pass));
             let unit_count = units.len();

@@ -7,9 +7,11 @@
 pub mod allocator;
 mod bridge;
 pub mod http;
+mod nudge;
 mod shards;
 
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
+pub use nudge::note_work;
 pub use shards::{
     run_on_own_executor, spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh,
     ShardRuntimeError, SHARD_PREEMPT,

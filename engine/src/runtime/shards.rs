@@ -8,6 +8,8 @@ use std::sync::Arc;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use glommio::{CpuSet, LocalExecutorBuilder, Placement, PoolPlacement};
 
+use super::nudge::{self, Pulse};
+
 /// Index of a shard in `0..shard_count`, stable for the life of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ShardId(pub usize);
@@ -34,44 +36,6 @@ pub struct ShardConfig {
 /// for a store step already durable, which made most of the 100–300 ms latency tails at 4.4 k/s
 /// (issue 17). 5 ms cost no measurable CPU at 500/s (415 against 419 µs per event).
 pub const SHARD_PREEMPT: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// How often every shard is woken from another thread (see [`nudge_shards`]).
-pub const NUDGE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// Wakes every shard from another thread each [`NUDGE_EVERY`], until the shards are gone.
-///
-/// A glommio 0.9 shard can sleep in `io_uring_enter` with work to do and only a write to its
-/// eventfd — a wake from another thread — gets it out: at 9,000 events/s under load a shard
-/// stopped for good (both shards parked, the log's commit thread idle, jobs and records
-/// waiting) until a debugger's attach interrupted the sleep, and neither its own timers (a
-/// 10 ms one was tried) nor its Kafka queue's 1 s idle wait woke it; records arriving did
-/// (issue 17). glommio parks an executor that still has runnable task queues when its preempt
-/// timer fired before it ran them (fixed upstream after 0.9, glommio/glommio#53, in no release
-/// yet), and a timer of the latency ring did not end the sleep here. Each nudge makes a
-/// sleeping shard poll its rings and run its queues; on an idle shard it costs 100 wake-ups a
-/// second.
-fn nudge_shards(
-    nudges: Vec<async_channel::Sender<()>>,
-    done: Arc<AtomicBool>,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("shard-nudge".into())
-        .spawn(move || {
-            while !done.load(Ordering::Acquire) {
-                std::thread::park_timeout(NUDGE_EVERY);
-                for nudge in &nudges {
-                    // Full: the last nudge is not taken yet, so the shard is awake or woken.
-                    let _ = nudge.try_send(());
-                }
-            }
-        })
-        .map(|_| ())
-}
-
-/// Takes the nudges on a shard, doing nothing else: being woken is the point.
-async fn take_nudges(nudges: async_channel::Receiver<()>) {
-    while nudges.recv().await.is_ok() {}
-}
 
 impl Default for ShardConfig {
     fn default() -> Self {
@@ -111,21 +75,25 @@ where
 {
     let shards = config.shards.max(1);
     let placements = shard_placements(config.pin, shards);
-    let (nudges, nudged): (Vec<_>, Vec<_>) = (0..shards).map(|_| async_channel::bounded(1)).unzip();
+    let pulses: Vec<Arc<Pulse>> = (0..shards).map(|_| Arc::default()).collect();
+    let (wakes, woken): (Vec<_>, Vec<_>) = (0..shards).map(|_| async_channel::bounded(1)).unzip();
     let done = Arc::new(AtomicBool::new(false));
-    nudge_shards(nudges, done.clone()).map_err(|e| ShardRuntimeError::Glommio(e.to_string()))?;
+    nudge::watch_shards(pulses.iter().cloned().zip(wakes).collect(), done.clone())
+        .map_err(|e| ShardRuntimeError::Glommio(e.to_string()))?;
     let mut threads = Vec::with_capacity(shards);
-    for ((index, placement), nudged) in placements.into_iter().enumerate().zip(nudged) {
+    let shards_of = placements.into_iter().enumerate().zip(woken).zip(pulses);
+    for (((index, placement), woken), pulse) in shards_of {
         let executor = LocalExecutorBuilder::new(placement)
             .name("hub-shard")
             .io_memory(config.io_memory)
             .preempt_timer(config.preempt);
         let make = make.clone();
         let spawned = start_shard(format!("hub-shard-{}", index + 1), executor, move || {
+            nudge::attach(pulse);
             let work = make(ShardId(index));
             async move {
                 // Detached: the shard ends with its own future.
-                glommio::spawn_local(take_nudges(nudged)).detach();
+                glommio::spawn_local(nudge::take_wakes(woken)).detach();
                 work.await
             }
         });
@@ -252,8 +220,8 @@ mod tests {
             ..ShardConfig::default()
         };
         let outputs = spawn_shards(&config, |id| async move {
-            // Several nudge periods with nothing else to wake the shard.
-            glommio::timer::sleep(NUDGE_EVERY * 5).await;
+            // Longer than the bound on a shard's sleep, with nothing else to wake it.
+            glommio::timer::sleep(nudge::WAKE_AT_LEAST_EVERY * 2).await;
             id.0 * 10
         })
         .expect("shards");

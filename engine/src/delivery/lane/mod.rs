@@ -228,6 +228,8 @@ impl DeliveryLane {
         let mut stop_seen: Option<(i64, bool)> = None;
         tracing::debug!(lanes = ?lane.lanes, workers = self.config.workers, "delivery lane running");
         loop {
+            // A turn: the shard's watcher leaves a working shard asleep (`runtime::nudge`).
+            crate::runtime::note_work();
             let stopping = self.stop.load(Ordering::Acquire);
             if stopping {
                 self.report_slow_drain(&lane, &mut stop_seen, step.is_some(), attempts.len());

@@ -1,0 +1,277 @@
+//! Waking a shard that glommio 0.9 may have left asleep with work, and only one that might be.
+//!
+//! A glommio 0.9 shard can sleep in `io_uring_enter` with runnable tasks: it parks when its
+//! preempt timer fired before it ran them (fixed upstream after 0.9, glommio/glommio#53, in no
+//! release yet), and only a wake from another thread — a write to its eventfd — ends that sleep.
+//! At 9,000 events/s one shard stopped for good that way (both shards parked, the log's commit
+//! thread idle, jobs and records waiting): a partition's queue wakes its shard only when it goes
+//! from empty to non-empty, and neither the shard's own timers nor its Kafka queue's idle wait
+//! woke it (issue 17).
+//!
+//! A thread looks at every shard each [`LOOK_EVERY`] and wakes it from outside when it might be
+//! stuck. Waking every shard at every look cost 42 µs per event at 500 events/s (253–260
+//! against 295–304 µs, alternated runs) and 2 % of a core on an idle hub: each wake of a
+//! sleeping shard is ten system calls and two context switches. A stuck shard is asleep, so it
+//! shows no work; what tells it from an idle one is that it was doing something just before:
+//!
+//! - it did work in the last look's interval and none in this one (it may have parked with
+//!   work left), or
+//! - something woke its thread (the kernel's count of times it ran rose by more than a nudge of
+//!   ours explains) and no work followed (woken, then parked before it ran the woken task).
+//!
+//! Work is what the shard's loops report through [`note_work`] (a delivery lane's turn, an
+//! ingest pass); the count of runs is the thread's `/proc/thread-self/schedstat`. Each shard is
+//! also woken at least every [`WAKE_AT_LEAST_EVERY`], a bound on any case these miss. A busy
+//! shard does work every look and is left alone: what wakes it (records, answers, replies)
+//! already gets it out of such a sleep, unless it stops coming, which the first rule sees.
+
+use std::cell::OnceCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often the watching thread looks at every shard.
+pub const LOOK_EVERY: Duration = Duration::from_millis(10);
+
+/// The longest a shard goes without a wake from outside, whatever it shows.
+pub const WAKE_AT_LEAST_EVERY: Duration = Duration::from_millis(250);
+
+/// What a shard shows the watching thread.
+#[derive(Debug, Default)]
+pub struct Pulse {
+    /// Work its loops did (`note_work`).
+    work: AtomicU64,
+    /// Its thread's scheduler counters, opened by the thread itself.
+    schedstat: OnceLock<File>,
+    /// Wakes sent to it (read by the tests).
+    wakes: AtomicU64,
+}
+
+impl Pulse {
+    /// How many times the shard's thread has been run by the kernel, if it can be read.
+    fn runs(&self) -> Option<u64> {
+        let file = self.schedstat.get()?;
+        let mut buf = [0u8; 96];
+        let n = file.read_at(&mut buf, 0).ok()?;
+        // "<ns on the CPU> <ns waiting for it> <times run>\n"
+        std::str::from_utf8(&buf[..n])
+            .ok()?
+            .split_whitespace()
+            .nth(2)?
+            .parse()
+            .ok()
+    }
+
+    /// Wakes sent to this shard so far.
+    #[cfg(test)]
+    fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
+    }
+}
+
+thread_local! {
+    static CURRENT: OnceCell<Arc<Pulse>> = const { OnceCell::new() };
+}
+
+/// Makes `pulse` the calling thread's: called on a shard's thread before its executor starts.
+pub(super) fn attach(pulse: Arc<Pulse>) {
+    if let Ok(file) = File::open("/proc/thread-self/schedstat") {
+        let _ = pulse.schedstat.set(file);
+    }
+    CURRENT.with(|current| {
+        let _ = current.set(pulse);
+    });
+}
+
+/// Tells the watching thread that this shard just did work (a no-op off the hub's shards).
+pub fn note_work() {
+    CURRENT.with(|current| {
+        if let Some(pulse) = current.get() {
+            pulse.work.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// What one look saw of a shard, against the look before.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    worked_before: bool,
+    worked: bool,
+    /// Run by the kernel more often than our last wake explains (true when unknown).
+    woken: bool,
+    since_last_wake: Duration,
+}
+
+/// Whether a shard that showed `seen` might be asleep with work.
+fn might_be_stuck(seen: Seen) -> bool {
+    let stopped_or_woken_for_nothing = !seen.worked && (seen.worked_before || seen.woken);
+    stopped_or_woken_for_nothing || seen.since_last_wake >= WAKE_AT_LEAST_EVERY
+}
+
+/// The watching thread's memory of one shard.
+struct Watched {
+    pulse: Arc<Pulse>,
+    wake: async_channel::Sender<()>,
+    work: u64,
+    runs: Option<u64>,
+    worked: bool,
+    woke_it: bool,
+    last_wake: Instant,
+}
+
+impl Watched {
+    /// Looks at the shard and wakes it when it might be stuck.
+    fn look(&mut self, now: Instant) {
+        let work = self.pulse.work.load(Ordering::Relaxed);
+        let runs = self.pulse.runs();
+        let woken = match (runs, self.runs) {
+            (Some(now), Some(before)) => now.saturating_sub(before) > u64::from(self.woke_it),
+            _ => true,
+        };
+        let seen = Seen {
+            worked_before: self.worked,
+            worked: work != self.work,
+            woken,
+            since_last_wake: now.duration_since(self.last_wake),
+        };
+        (self.work, self.runs, self.worked) = (work, runs, seen.worked);
+        // Full: the last wake is not taken yet, so the shard is awake or being woken.
+        self.woke_it = might_be_stuck(seen) && self.wake.try_send(()).is_ok();
+        if self.woke_it {
+            self.last_wake = now;
+            self.pulse.wakes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Starts the thread that watches `shards` (each a pulse and the channel its shard takes wakes
+/// from) until `done`.
+pub(super) fn watch_shards(
+    shards: Vec<(Arc<Pulse>, async_channel::Sender<()>)>,
+    done: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let now = Instant::now();
+    let mut watched: Vec<Watched> = shards
+        .into_iter()
+        .map(|(pulse, wake)| Watched {
+            pulse,
+            wake,
+            work: 0,
+            runs: None,
+            worked: false,
+            woke_it: false,
+            last_wake: now,
+        })
+        .collect();
+    std::thread::Builder::new()
+        .name("shard-nudge".into())
+        .spawn(move || {
+            while !done.load(Ordering::Acquire) {
+                std::thread::park_timeout(LOOK_EVERY);
+                let now = Instant::now();
+                watched.iter_mut().for_each(|shard| shard.look(now));
+            }
+        })
+        .map(|_| ())
+}
+
+/// Takes the wakes on a shard, doing nothing else: being woken is the point.
+pub(super) async fn take_wakes(wakes: async_channel::Receiver<()>) {
+    while wakes.recv().await.is_ok() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(worked_before: bool, worked: bool, woken: bool) -> Seen {
+        Seen {
+            worked_before,
+            worked,
+            woken,
+            since_last_wake: Duration::ZERO,
+        }
+    }
+
+    /// A shard is woken when it stopped working, or was woken by something and did no work;
+    /// not while it works, nor while it sleeps undisturbed after a quiet interval.
+    #[test]
+    fn r_di_2_a_shard_is_woken_only_when_it_might_be_asleep_with_work() {
+        assert!(might_be_stuck(seen(true, false, false)), "stopped working");
+        assert!(might_be_stuck(seen(false, false, true)), "woken, no work");
+        assert!(!might_be_stuck(seen(true, true, true)), "working");
+        assert!(!might_be_stuck(seen(false, true, false)), "started working");
+        assert!(
+            !might_be_stuck(seen(false, false, false)),
+            "asleep and idle"
+        );
+        let quiet_long = Seen {
+            since_last_wake: WAKE_AT_LEAST_EVERY,
+            ..seen(false, false, false)
+        };
+        assert!(might_be_stuck(quiet_long), "the bound on anything missed");
+    }
+
+    /// The kernel's count of a thread's runs can be read, and it rises when the thread runs.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a plain test thread, not a shard
+    fn r_di_2_a_threads_runs_are_read_from_its_schedstat() {
+        let pulse = Arc::new(Pulse::default());
+        attach(pulse.clone());
+        let first = pulse.runs().expect("schedstat of this thread");
+        std::thread::sleep(Duration::from_millis(5));
+        let second = pulse.runs().expect("schedstat again");
+        assert!(
+            second > first,
+            "{first} then {second}: the sleep made the thread run again"
+        );
+    }
+
+    /// A shard that works is not woken; once it stops it is woken once, and then left asleep.
+    /// A thread parked in the test stands for the shard (its wakes go to a channel no one
+    /// drains), and the watcher's looks are made by hand, with and without work between them.
+    #[test]
+    fn r_di_2_a_shard_that_stops_working_is_woken_once_then_left_asleep() {
+        let pulse = Arc::new(Pulse::default());
+        let attached = pulse.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready, is_ready) = std::sync::mpsc::channel();
+        let shard = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                attach(attached);
+                ready.send(()).expect("test waits");
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::park();
+                }
+            }
+        });
+        is_ready.recv().expect("attached");
+        let (wake, woken) = async_channel::bounded(1);
+        let mut watched = Watched {
+            pulse: pulse.clone(),
+            wake,
+            work: 0,
+            runs: None,
+            worked: false,
+            woke_it: false,
+            last_wake: Instant::now(),
+        };
+        for _ in 0..5 {
+            pulse.work.fetch_add(1, Ordering::Relaxed);
+            watched.look(Instant::now());
+        }
+        let while_working = pulse.wakes();
+        for _ in 0..10 {
+            watched.look(Instant::now());
+        }
+        stop.store(true, Ordering::Release);
+        shard.thread().unpark();
+        shard.join().expect("shard thread");
+        assert_eq!(while_working, 0, "woken while it worked");
+        assert_eq!(pulse.wakes(), 1, "woken once it stopped, then left asleep");
+        assert_eq!(woken.len(), 1);
+    }
+}
