@@ -293,8 +293,13 @@ async fn raw_post_baseline(r: &Receivers, body_bytes: usize) -> anyhow::Result<f
     crate::receiver::raw_post_rate(&r.url("baseline"), 32, Duration::from_secs(5), body_bytes).await
 }
 
-/// The largest backlog the floor probe reads again (pending-million's million is not).
+/// The largest backlog the floor probe reads again and POSTs (pending-million's million is not).
 const FLOOR_MAX_RECORDS: u64 = 250_000;
+
+/// The largest backlog the floor probe reads again without POSTing (an ingest run): a million
+/// records make durable in about a second, and a rate measured over a 200 k backlog is one
+/// of a fifth of a second.
+const FLOOR_MAX_INGEST_RECORDS: u64 = 1_000_000;
 
 /// Sends records to the run's target as `budget` allows (`on_ack` after each durable answer or
 /// Kafka acknowledgement).
@@ -735,10 +740,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     };
     // The least a record costs at this rate (`floor.rs`), for the hub's CPU per event and its
     // rate to be read against: webhook and ingest runs fed from Kafka, a backlog of at most
-    // `FLOOR_MAX_RECORDS` (the probe reads it all again).
+    // `FLOOR_MAX_RECORDS` (`FLOOR_MAX_INGEST_RECORDS` for ingest; the probe reads it all again).
     let floor = match (&destinations, scenario.mode, args.target) {
         (Some(Destinations::Webhook(_)) | None, Mode::Backlog, Target::Kafka)
-            if produced.total <= FLOOR_MAX_RECORDS =>
+            if produced.total
+                <= if destinations.is_some() {
+                    FLOOR_MAX_RECORDS
+                } else {
+                    FLOOR_MAX_INGEST_RECORDS
+                } =>
         {
             let post = destinations.is_some();
             eprintln!(
