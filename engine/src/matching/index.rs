@@ -91,7 +91,7 @@ impl TenantIndex {
 
 /// The index of one revision of the subscriptions. Each tenant's part is shared with the
 /// revisions before it until one of the tenant's subscriptions changes, so a change costs its
-/// tenant's subscriptions, not every tenant's. The parts sit in [`SHARES`] maps by a hash of
+/// tenant's subscriptions, not every tenant's. The parts sit in `SHARES` (64) maps by a hash of
 /// the tenant, and a change copies the map of its tenant's share only (with 100,000 tenants,
 /// copying one map of every part was 100,000 pointers per change; delivery marks are changes).
 #[derive(Debug)]
