@@ -12,6 +12,7 @@ mod shards;
 
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
 pub use nudge::note_work;
+pub use shards::on_shard;
 pub use shards::{
     run_on_own_executor, spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh,
     ShardRuntimeError, SHARD_PREEMPT,
@@ -20,4 +21,10 @@ pub use shards::{
 /// Sleeps on the current shard's timer (glommio). Only for code running on a shard.
 pub async fn shard_sleep(d: std::time::Duration) {
     glommio::timer::sleep(d).await;
+}
+
+/// Runs `work` on the current shard, detached: it ends on its own. Only for code running on a
+/// shard ([`on_shard`]).
+pub fn spawn_on_shard(work: impl std::future::Future<Output = ()> + 'static) {
+    glommio::spawn_local(work).detach();
 }

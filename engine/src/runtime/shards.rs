@@ -168,6 +168,15 @@ fn shard_placements(pin: bool, shards: usize) -> Vec<Placement> {
     }
 }
 
+thread_local! {
+    static ON_SHARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread runs a shard's executor (so glommio's timers and tasks are there).
+pub fn on_shard() -> bool {
+    ON_SHARD.with(std::cell::Cell::get)
+}
+
 /// Runs one shard's future on this thread's executor, then leaves the executor to the end of
 /// the process instead of dropping it.
 ///
@@ -188,7 +197,9 @@ fn run_shard<T>(
     let executor = executor
         .make()
         .map_err(|e| ShardRuntimeError::Glommio(e.to_string()))?;
+    ON_SHARD.with(|on| on.set(true));
     let output = executor.run(work);
+    ON_SHARD.with(|on| on.set(false));
     std::mem::forget(executor);
     Ok(output)
 }

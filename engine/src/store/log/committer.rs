@@ -4,6 +4,10 @@
 //! quiet log — is appended by its writer itself ([`append_here`]), under the same lock and
 //! through the same code.
 //!
+//! A write nobody waits on to start work — a lane's step of outcomes alone — rides: it waits in
+//! [`Shared::riders`] for the next frame either path appends, and goes alone after
+//! `RIDE_AT_MOST` ([`flush_riders`], from its shard), so it costs no thread a wake-up.
+//!
 //! The indexes are locked from the first change of a group until its frame is durable, so a
 //! reader never sees what a crash could still take back (R-IN-8: no `seq` is read before it
 //! lasts). A failed append (a full disk) leaves nothing behind: the segment is cut back and the
@@ -99,12 +103,81 @@ impl Log {
 pub(super) type Committer = crate::store::committer_thread::CommitterThread<Op>;
 
 /// What the store shares with its committer.
-#[derive(Debug)]
 pub(super) struct Shared {
     pub log: Mutex<Log>,
     /// The last append's failure, until one lands (readiness reports it).
     pub failure: Mutex<Option<String>>,
     pub timings: PhaseTimings,
+    /// Writes that ride the next frame anyone appends ([`ride`]), in the order they came.
+    pub riders: Mutex<Vec<Op>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("log", &self.log)
+            .field("failure", &self.failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Shared {
+    /// Riders still waiting when the store goes (their shard stopped before their wait ended)
+    /// are written before the files close.
+    fn drop(&mut self) {
+        let riders = take_riders(self);
+        if !riders.is_empty() {
+            let log = self.log.get_mut().unwrap_or_else(|e| e.into_inner());
+            let (replies, failure, _) = commit_locked(log, riders, GroupSpent::default());
+            for reply in replies {
+                reply(failure.as_deref());
+            }
+        }
+    }
+}
+
+/// Queues `op` to ride the next frame appended by either path; its writer makes sure it goes
+/// within `RIDE_AT_MOST` ([`flush_riders`]). No thread is woken: at a low rate the next ingest
+/// batch a shard appends itself carries it, where handing it to the commit thread cost that
+/// thread two wake-ups and a write of its own (issue 17).
+pub(super) fn ride(shared: &Shared, op: Op) {
+    shared
+        .riders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(op);
+}
+
+/// Appends the riders still waiting, on the caller's thread when the log is free, else through
+/// the commit thread.
+pub(super) fn flush_riders(shared: &Shared, committer: &Committer) {
+    let riders = take_riders(shared);
+    if riders.is_empty() {
+        return;
+    }
+    if let Err(riders) = append_here(shared, committer, riders) {
+        for op in riders {
+            if committer.submit(op).is_err() {
+                // The store is closing: its last clone's drop writes what is left.
+                tracing::debug!("the log's commit thread stopped before a rider went");
+            }
+        }
+    }
+}
+
+/// The riders waiting, taken.
+fn take_riders(shared: &Shared) -> Vec<Op> {
+    std::mem::take(&mut *shared.riders.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// `group` after the riders waiting, which came before it.
+fn with_riders(shared: &Shared, group: Vec<Op>) -> Vec<Op> {
+    let mut riders = take_riders(shared);
+    if riders.is_empty() {
+        return group;
+    }
+    riders.extend(group);
+    riders
 }
 
 /// A group slower than this is logged with where its time went: a stall of the commit thread
@@ -113,6 +186,7 @@ const SLOW_GROUP: Duration = Duration::from_millis(100);
 
 pub(super) fn start(shared: Arc<Shared>) -> Result<Committer, StoreError> {
     Committer::start("log-commit", move |group| {
+        let group = with_riders(&shared, group);
         let (wake, failed) = match group.is_empty() {
             true => (sync_overdue(&shared), false),
             false => commit_and_answer(&shared, group),
@@ -184,35 +258,40 @@ impl Op {
     }
 }
 
-/// Appends `op` on the caller's thread when the log is free and its frame needs a write alone
-/// (no roll, no snapshot, no sync due, no preparation under way), and answers it there; gives
-/// `op` back for the commit thread otherwise. Two kinds of write fit (issue 17):
+/// Appends `ops` (and the riders waiting) on the caller's thread when the log is free and its
+/// frame needs a write alone (no roll, no snapshot, no sync due, no preparation under way), and
+/// answers them there; gives `ops` back for the commit thread otherwise. Three kinds of write
+/// fit (issue 17):
 /// - a lane's lease step (`Durability::Written`): handing it to the sleeping commit thread and
 ///   the answer back were two wake-ups of sleeping threads per step (the `futex` wake alone ~9 %
 ///   of a shard's cycles under a backlog);
 /// - an ingest batch (`Durability::Synced`) on a log quiet for [`QUIET_FOR`]: at a low rate each
-///   batch is a group of its own anyway, and the hand-off cost two wake-ups beside its sync.
+///   batch is a group of its own anyway, and the hand-off cost two wake-ups beside its sync;
+/// - riders whose wait ran out ([`flush_riders`]).
 ///
 /// The commit thread still syncs what a lane left unsynced within [`UNSYNCED_AT_MOST`] and
 /// prepares the segment ahead: it comes back on its own while writers append, and is woken
 /// when it sleeps with no time to come back.
-pub(super) fn append_here(shared: &Shared, committer: &Committer, op: Op) -> Result<(), Op> {
+pub(super) fn append_here(
+    shared: &Shared,
+    committer: &Committer,
+    ops: Vec<Op>,
+) -> Result<(), Vec<Op>> {
     let mut log = match shared.log.try_lock() {
         Ok(log) => log,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return Err(op),
+        Err(std::sync::TryLockError::WouldBlock) => return Err(ops),
     };
-    let fits = match op.durability {
-        Durability::Written => log.takes_a_write_alone(),
-        // Its sync holds the writer's thread ~0.1 ms: only on a quiet log, where no other
-        // write would have shared its group. A busy log keeps grouping on the commit thread.
-        Durability::Synced => log.takes_a_write_alone() && log.quiet(),
-    };
+    let synced = ops.iter().any(|op| op.durability == Durability::Synced);
+    // A sync holds the writer's thread ~0.1 ms: only on a quiet log, where no other write
+    // would have shared its group. A busy log keeps grouping on the commit thread.
+    let fits = log.takes_a_write_alone() && (!synced || log.quiet());
     if !fits {
-        return Err(op);
+        return Err(ops);
     }
     let started = Instant::now();
-    let (replies, failure, _) = commit_locked(&mut log, vec![op], GroupSpent::default());
+    let group = with_riders(shared, ops);
+    let (replies, failure, _) = commit_locked(&mut log, group, GroupSpent::default());
     log.appended_here_at = Some(Instant::now());
     // The thread syncs what was left unsynced and prepares the segment ahead.
     let for_thread = log.segments.unsynced_since().is_some()

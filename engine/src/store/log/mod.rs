@@ -103,6 +103,7 @@ impl LogStore {
             log: Mutex::new(log),
             failure: Mutex::new(None),
             timings: PhaseTimings::new(&["group_commit"]),
+            riders: Mutex::new(Vec::new()),
         });
         let committer = Arc::new(committer::start(shared.clone())?);
         Ok(Self {
@@ -128,9 +129,8 @@ impl LogStore {
         self.queue(false, Durability::Synced, write).await
     }
 
-    /// `write`, in the next group (`riding`: in the next group another write starts, or in one
-    /// of its own after `RIDE_AT_MOST`, `CommitterThread::submit_riding`), answered once its
-    /// frame is as durable as `durability` says.
+    /// `write`, in the next group (`riding`: see [`Self::ride`]), answered once its frame is as
+    /// durable as `durability` says.
     async fn queue<T: Send + 'static>(
         &self,
         riding: bool,
@@ -138,16 +138,54 @@ impl LogStore {
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (op, answered) = op(durability, write);
-        self.submit(riding, op)?;
-        answer_of(answered).await
+        match riding {
+            true if crate::runtime::on_shard() => self.ride(op, answered).await,
+            true => {
+                self.committer.submit_riding(op)?;
+                answer_of(answered).await
+            }
+            false => {
+                self.committer.submit(op)?;
+                answer_of(answered).await
+            }
+        }
     }
 
-    /// Hands `op` to the commit thread (`riding`: for the next group another write starts).
-    fn submit(&self, riding: bool, op: Op) -> Result<(), StoreError> {
-        match riding {
-            true => self.committer.submit_riding(op),
-            false => self.committer.submit(op),
-        }
+    /// On a shard, a riding write waits for the next frame any writer appends
+    /// (`committer::ride`: no thread is woken for it) and is answered with it; if none came
+    /// within `RIDE_AT_MOST`, its own shard appends the riders. The wait is a task of the
+    /// shard's that ends unfired when the answer comes first (this future's end closes
+    /// `answered_first`), so a carried rider costs no wake-up of its own.
+    async fn ride<T>(
+        &self,
+        op: Op,
+        answered: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        committer::ride(&self.shared, op);
+        let (answered_first, answer_came) = async_channel::bounded::<()>(1);
+        let shared = Arc::downgrade(&self.shared);
+        let committer = Arc::downgrade(&self.committer);
+        crate::runtime::spawn_on_shard(async move {
+            let waited = Box::pin(crate::runtime::shard_sleep(
+                crate::store::committer_thread::RIDE_AT_MOST,
+            ));
+            let answered = Box::pin(answer_came.recv());
+            if let futures::future::Either::Left(_) =
+                futures::future::select(waited, answered).await
+            {
+                if let (Some(shared), Some(committer)) = (shared.upgrade(), committer.upgrade()) {
+                    committer::flush_riders(&shared, &committer);
+                }
+            }
+        });
+        let answer = answer_of(answered).await;
+        drop(answered_first);
+        answer
+    }
+
+    /// Hands `op` to the commit thread.
+    fn submit(&self, op: Op) -> Result<(), StoreError> {
+        self.committer.submit(op)
     }
 
     /// `write`, appended on the caller's own thread when the log is free and the write fits
@@ -159,8 +197,10 @@ impl LogStore {
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (op, answered) = op(durability, write);
-        if let Err(op) = committer::append_here(&self.shared, &self.committer, op) {
-            self.submit(false, op)?;
+        if let Err(mut ops) = committer::append_here(&self.shared, &self.committer, vec![op]) {
+            if let Some(op) = ops.pop() {
+                self.submit(op)?;
+            }
         }
         answer_of(answered).await
     }

@@ -2,6 +2,7 @@
 //! records survives the process at once, is synced within the bound or by the next synced
 //! write, and what a machine's crash could take back is only an attempt made again.
 
+use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -293,4 +294,87 @@ async fn r_in_8_an_ingest_batch_on_a_quiet_log_is_synced_by_its_writer() {
     let (unsynced, after) = store.unsynced();
     assert!(after > before, "its frame is in the file");
     assert!(unsynced.is_none(), "and synced before the answer");
+}
+
+/// A settle step polled once on a shard, its rider queued, and the step's future to finish.
+fn ride_settle(store: &LogStore, job: u128) -> std::pin::Pin<Box<dyn Future<Output = ()> + '_>> {
+    let mut settling = Box::pin(settle(store, job));
+    let waker = futures::task::noop_waker();
+    let polled = settling
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker));
+    assert!(polled.is_pending(), "a rider waits for a frame to carry it");
+    assert_eq!(store.shared.riders.lock().expect("riders").len(), 1);
+    settling
+}
+
+/// The jobs of `lane` a reopened store still has due.
+async fn due_after_reopen(dir: &std::path::Path, lane: u32) -> usize {
+    let reopened = LogStore::open(dir).expect("reopen");
+    due(&reopened, lane, i64::MAX / 2).await.len()
+}
+
+/// On a shard a step of outcomes alone wakes no thread: it waits for the next frame any writer
+/// appends — here an ingest batch — and is answered with it; what it settled lasts.
+#[test]
+fn r_di_1_outcomes_on_a_shard_ride_the_next_frame_a_writer_appends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    crate::runtime::run_on_own_executor(move || async move {
+        let store = LogStore::open(&path).expect("open");
+        let job = one_job(&store, 11).await;
+        let settling = ride_settle(&store, job);
+        // The carrier: an ingest batch (appended by its writer or the commit thread).
+        one_job(&store, 12).await;
+        assert!(store.shared.riders.lock().expect("riders").is_empty());
+        settling.await;
+        drop(store);
+        assert_eq!(
+            due_after_reopen(&path, 11).await,
+            0,
+            "the settlement lasted"
+        );
+    })
+    .expect("shard");
+}
+
+/// With no frame to carry it, a rider is appended by its shard once it waited `RIDE_AT_MOST`.
+#[test]
+fn r_di_1_a_rider_no_frame_carries_goes_alone_after_its_wait() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    crate::runtime::run_on_own_executor(move || async move {
+        let store = LogStore::open(&path).expect("open");
+        let job = one_job(&store, 13).await;
+        let started = Instant::now();
+        ride_settle(&store, job).await;
+        assert!(started.elapsed() >= crate::store::committer_thread::RIDE_AT_MOST);
+        drop(store);
+        assert_eq!(
+            due_after_reopen(&path, 13).await,
+            0,
+            "the settlement lasted"
+        );
+    })
+    .expect("shard");
+}
+
+/// A rider still waiting when the store is dropped (its step given up) is written as the
+/// store goes, so a graceful stop loses no outcome.
+#[test]
+fn r_di_1_riders_waiting_when_the_store_goes_are_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    crate::runtime::run_on_own_executor(move || async move {
+        let store = LogStore::open(&path).expect("open");
+        let job = one_job(&store, 14).await;
+        drop(ride_settle(&store, job));
+        drop(store);
+        assert_eq!(
+            due_after_reopen(&path, 14).await,
+            0,
+            "the settlement lasted"
+        );
+    })
+    .expect("shard");
 }
