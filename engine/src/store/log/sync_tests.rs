@@ -308,73 +308,59 @@ fn ride_settle(store: &LogStore, job: u128) -> std::pin::Pin<Box<dyn Future<Outp
     settling
 }
 
-/// The jobs of `lane` a reopened store still has due.
-async fn due_after_reopen(dir: &std::path::Path, lane: u32) -> usize {
-    let reopened = LogStore::open(dir).expect("reopen");
-    due(&reopened, lane, i64::MAX / 2).await.len()
+/// Runs `test` on a shard with a fresh store holding one pending job of `lane` (the store is
+/// the test's to drop), then says how many jobs of `lane` a reopened store still has due.
+fn on_a_shard_with_one_job<F>(
+    lane: u32,
+    test: impl FnOnce(LogStore, u128) -> F + Send + 'static,
+) -> usize
+where
+    F: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    crate::runtime::run_on_own_executor(move || async move {
+        let store = LogStore::open(&path).expect("open");
+        let job = one_job(&store, lane).await;
+        test(store, job).await;
+        let reopened = LogStore::open(&path).expect("reopen");
+        due(&reopened, lane, i64::MAX / 2).await.len()
+    })
+    .expect("shard")
 }
 
 /// On a shard a step of outcomes alone wakes no thread: it waits for the next frame any writer
 /// appends — here an ingest batch — and is answered with it; what it settled lasts.
 #[test]
 fn r_di_1_outcomes_on_a_shard_ride_the_next_frame_a_writer_appends() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    crate::runtime::run_on_own_executor(move || async move {
-        let store = LogStore::open(&path).expect("open");
-        let job = one_job(&store, 11).await;
+    let due = on_a_shard_with_one_job(11, |store, job| async move {
         let settling = ride_settle(&store, job);
         // The carrier: an ingest batch (appended by its writer or the commit thread).
         one_job(&store, 12).await;
         assert!(store.shared.riders.lock().expect("riders").is_empty());
         settling.await;
-        drop(store);
-        assert_eq!(
-            due_after_reopen(&path, 11).await,
-            0,
-            "the settlement lasted"
-        );
-    })
-    .expect("shard");
+    });
+    assert_eq!(due, 0, "the settlement lasted");
 }
 
 /// With no frame to carry it, a rider is appended by its shard once it waited `RIDE_AT_MOST`.
 #[test]
 fn r_di_1_a_rider_no_frame_carries_goes_alone_after_its_wait() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    crate::runtime::run_on_own_executor(move || async move {
-        let store = LogStore::open(&path).expect("open");
-        let job = one_job(&store, 13).await;
+    let due = on_a_shard_with_one_job(13, |store, job| async move {
         let started = Instant::now();
         ride_settle(&store, job).await;
         assert!(started.elapsed() >= crate::store::committer_thread::RIDE_AT_MOST);
-        drop(store);
-        assert_eq!(
-            due_after_reopen(&path, 13).await,
-            0,
-            "the settlement lasted"
-        );
-    })
-    .expect("shard");
+    });
+    assert_eq!(due, 0, "the settlement lasted");
 }
 
 /// A rider still waiting when the store is dropped (its step given up) is written as the
 /// store goes, so a graceful stop loses no outcome.
 #[test]
 fn r_di_1_riders_waiting_when_the_store_goes_are_written() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    crate::runtime::run_on_own_executor(move || async move {
-        let store = LogStore::open(&path).expect("open");
-        let job = one_job(&store, 14).await;
+    let due = on_a_shard_with_one_job(14, |store, job| async move {
         drop(ride_settle(&store, job));
         drop(store);
-        assert_eq!(
-            due_after_reopen(&path, 14).await,
-            0,
-            "the settlement lasted"
-        );
-    })
-    .expect("shard");
+    });
+    assert_eq!(due, 0, "the settlement lasted");
 }
