@@ -303,6 +303,10 @@ pub struct Metrics {
     /// `streaming_hub_ingest_backpressure_bound{kind}`: the operator's bounds —
     /// `delivery_lag_seconds`, `pending_jobs`, `max_pause_seconds` (0: that bound is off).
     pub backpressure_bound: Family<KindLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// `streaming_hub_shard_wakes_total`: wakes the shard watcher sent a shard that might have
+    /// been asleep with work (`runtime::nudge`): a rate well above a few a second per shard
+    /// while idle says glommio's parking bug is being worked around often.
+    pub shard_wakes: Counter,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -364,6 +368,12 @@ impl Metrics {
         let ingest_throttled = Counter::default();
         let delivery_lag_seconds = Gauge::default();
         let backpressure_bound = Family::default();
+        let shard_wakes = Counter::default();
+        registry.register(
+            "shard_wakes",
+            "Wakes sent from outside to a shard that might be asleep with work",
+            shard_wakes.clone(),
+        );
         registry.register(
             "ingest_backpressure",
             "1 while ingest holds back because delivery is behind its bound",
@@ -438,6 +448,7 @@ impl Metrics {
             ingest_throttled,
             delivery_lag_seconds,
             backpressure_bound,
+            shard_wakes,
         }
     }
 

@@ -142,6 +142,7 @@ impl Watched {
         if self.woke_it {
             self.last_wake = now;
             self.pulse.wakes.fetch_add(1, Ordering::Relaxed);
+            crate::telemetry::METRICS.shard_wakes.inc();
         }
     }
 }
@@ -264,6 +265,7 @@ mod tests {
             watched.look(Instant::now());
         }
         let while_working = pulse.wakes();
+        let counted = crate::telemetry::METRICS.shard_wakes.get();
         for _ in 0..10 {
             watched.look(Instant::now());
         }
@@ -273,5 +275,9 @@ mod tests {
         assert_eq!(while_working, 0, "woken while it worked");
         assert_eq!(pulse.wakes(), 1, "woken once it stopped, then left asleep");
         assert_eq!(woken.len(), 1);
+        assert!(
+            crate::telemetry::METRICS.shard_wakes.get() > counted,
+            "the wake is counted on /metrics"
+        );
     }
 }
