@@ -741,14 +741,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
     // The least a record costs at this rate (`floor.rs`), for the hub's CPU per event and its
     // rate to be read against: webhook and ingest runs fed from Kafka, a backlog of at most
     // `FLOOR_MAX_RECORDS` (`FLOOR_MAX_INGEST_RECORDS` for ingest; the probe reads it all again).
+    let floor_max = match &destinations {
+        Some(_) => FLOOR_MAX_RECORDS,
+        None => FLOOR_MAX_INGEST_RECORDS,
+    };
     let floor = match (&destinations, scenario.mode, args.target) {
         (Some(Destinations::Webhook(_)) | None, Mode::Backlog, Target::Kafka)
-            if produced.total
-                <= if destinations.is_some() {
-                    FLOOR_MAX_RECORDS
-                } else {
-                    FLOOR_MAX_INGEST_RECORDS
-                } =>
+            if produced.total <= floor_max =>
         {
             let post = destinations.is_some();
             eprintln!(

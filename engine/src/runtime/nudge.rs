@@ -9,9 +9,9 @@
 //! woke it (issue 17).
 //!
 //! A thread looks at every shard each [`LOOK_EVERY`] and wakes it from outside when it might be
-//! stuck. Waking every shard at every look cost 42 µs per event at 500 events/s (253–260
-//! against 295–304 µs, alternated runs) and 2 % of a core on an idle hub: each wake of a
-//! sleeping shard is ten system calls and two context switches. A stuck shard is asleep, so it
+//! stuck. Waking every shard at every look kept an idle hub at 2 % of a core (200 wakes a
+//! second, each ten system calls and two context switches on a sleeping shard); what it cost per
+//! event at 500 events/s was within the runs' spread. A stuck shard is asleep, so it
 //! shows no work; what tells it from an idle one is that it was doing something just before:
 //!
 //! - it did work in the last look's interval and none in this one (it may have parked with

@@ -6,7 +6,8 @@
 //!
 //! A write nobody waits on to start work — a lane's step of outcomes alone — rides: it waits in
 //! [`Shared::riders`] for the next frame either path appends, and goes alone after
-//! `RIDE_AT_MOST` ([`flush_riders`], from its shard), so it costs no thread a wake-up.
+//! `RIDE_AT_MOST` ([`flush_riders`] from its shard, so it costs no thread a wake-up; off a shard
+//! the commit thread's next group, [`ride_with_the_thread`]).
 //!
 //! The indexes are locked from the first change of a group until its frame is durable, so a
 //! reader never sees what a crash could still take back (R-IN-8: no `seq` is read before it
@@ -137,9 +138,10 @@ impl Drop for Shared {
 }
 
 /// Queues `op` to ride the next frame appended by either path; its writer makes sure it goes
-/// within `RIDE_AT_MOST` ([`flush_riders`]). No thread is woken: at a low rate the next ingest
-/// batch a shard appends itself carries it, where handing it to the commit thread cost that
-/// thread two wake-ups and a write of its own (issue 17).
+/// within `RIDE_AT_MOST` (on a shard, [`flush_riders`]; off one, [`ride_with_the_thread`]).
+/// No thread is woken: at a low rate the next ingest batch a shard appends itself carries it,
+/// where handing it to the commit thread cost that thread two wake-ups and a write of its own
+/// (issue 17).
 pub(super) fn ride(shared: &Shared, op: Op) {
     shared
         .riders
@@ -148,20 +150,37 @@ pub(super) fn ride(shared: &Shared, op: Op) {
         .push(op);
 }
 
-/// Appends the riders still waiting, on the caller's thread when the log is free, else through
-/// the commit thread.
+/// [`ride`] off a shard, where no timer of the writer's can end the wait: the commit thread
+/// takes the riders in its next group, which starts `RIDE_AT_MOST` later unless another write
+/// starts it sooner (`CommitterThread::submit_riding`).
+pub(super) fn ride_with_the_thread(
+    shared: &Shared,
+    committer: &Committer,
+    op: Op,
+) -> Result<(), StoreError> {
+    ride(shared, op);
+    committer.submit_riding(Op::nothing())
+}
+
+/// Appends the riders still waiting ([`append_or_submit`]).
 pub(super) fn flush_riders(shared: &Shared, committer: &Committer) {
     let riders = take_riders(shared);
-    if riders.is_empty() {
-        return;
+    if !riders.is_empty() && append_or_submit(shared, committer, riders).is_err() {
+        // The store is closing: its last clone's drop writes what is left.
+        tracing::debug!("the log's commit thread stopped before a rider went");
     }
-    if let Err(riders) = append_here(shared, committer, riders) {
-        for op in riders {
-            if committer.submit(op).is_err() {
-                // The store is closing: its last clone's drop writes what is left.
-                tracing::debug!("the log's commit thread stopped before a rider went");
-            }
-        }
+}
+
+/// Appends `ops` on the caller's thread when the log is free and they fit ([`append_here`]),
+/// else hands them to the commit thread for its next group, which starts at once.
+pub(super) fn append_or_submit(
+    shared: &Shared,
+    committer: &Committer,
+    ops: Vec<Op>,
+) -> Result<(), StoreError> {
+    match append_here(shared, committer, ops) {
+        Ok(()) => Ok(()),
+        Err(ops) => ops.into_iter().try_for_each(|op| committer.submit(op)),
     }
 }
 

@@ -139,16 +139,11 @@ impl LogStore {
     ) -> Result<T, StoreError> {
         let (op, answered) = op(durability, write);
         match riding {
-            true if crate::runtime::on_shard() => self.ride(op, answered).await,
-            true => {
-                self.committer.submit_riding(op)?;
-                answer_of(answered).await
-            }
-            false => {
-                self.committer.submit(op)?;
-                answer_of(answered).await
-            }
+            true if crate::runtime::on_shard() => return self.ride(op, answered).await,
+            true => committer::ride_with_the_thread(&self.shared, &self.committer, op)?,
+            false => self.committer.submit(op)?,
         }
+        answer_of(answered).await
     }
 
     /// On a shard, a riding write waits for the next frame any writer appends
@@ -183,11 +178,6 @@ impl LogStore {
         answer
     }
 
-    /// Hands `op` to the commit thread.
-    fn submit(&self, op: Op) -> Result<(), StoreError> {
-        self.committer.submit(op)
-    }
-
     /// `write`, appended on the caller's own thread when the log is free and the write fits
     /// (`committer::append_here`: a lane's lease step, an ingest batch on a quiet log), else
     /// in the next group, which starts at once; answered once as durable as `durability` says.
@@ -197,11 +187,7 @@ impl LogStore {
         write: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (op, answered) = op(durability, write);
-        if let Err(mut ops) = committer::append_here(&self.shared, &self.committer, vec![op]) {
-            if let Some(op) = ops.pop() {
-                self.submit(op)?;
-            }
-        }
+        committer::append_or_submit(&self.shared, &self.committer, vec![op])?;
         answer_of(answered).await
     }
 
