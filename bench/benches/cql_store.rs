@@ -15,8 +15,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hub_engine::store::conformance::event;
 use hub_engine::store::cql::{CqlSettings, CqlStore};
 use hub_engine::store::{
-    job_id, AttemptRecord, DeliveryStep, Fence, IngestBatch, Lane, Matches, Settled, Settlement,
-    Store, UnitId,
+    job_id, AttemptRecord, DeliveryStep, DueQuery, Fence, IngestBatch, Lane, Matches, Settled,
+    Settlement, Store, UnitId,
 };
 
 const TENANTS: usize = 100;
@@ -130,8 +130,15 @@ fn one_event_life(c: &mut Criterion) {
     let sub = uuid::Uuid::now_v7();
     let lane = own_lane();
     let hold = |store: &Arc<dyn Store>| {
-        rt.block_on(store.due_jobs(vec![lane], 0, 1, 1, 0, Arc::default()))
-            .expect("hold the lane");
+        rt.block_on(store.due_jobs(DueQuery {
+            lanes: vec![lane],
+            now_ms: 0,
+            per_tenant: 1,
+            limit: 1,
+            rotation: 0,
+            skip: Default::default(),
+        }))
+        .expect("hold the lane");
     };
     hold(&store);
     let mut group = c.benchmark_group("cql_store");

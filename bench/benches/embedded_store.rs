@@ -18,8 +18,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hub_engine::store::choice::{open_embedded, EmbeddedFormat};
 use hub_engine::store::conformance::event;
 use hub_engine::store::{
-    job_id, AttemptRecord, DeliveryStep, Fence, IngestBatch, Matches, Settled, Settlement, Store,
-    UnitId,
+    job_id, AttemptRecord, DeliveryStep, DueQuery, Fence, IngestBatch, Matches, Settled,
+    Settlement, Store, UnitId,
 };
 
 const TENANTS: usize = 100;
@@ -229,9 +229,15 @@ fn page_due(c: &mut Criterion) {
         group.bench_function("page_1024_due_jobs_of_100k", |b| {
             b.iter(|| {
                 rotation += 1;
-                let skip = Arc::default();
-                let page =
-                    rt.block_on(store.due_jobs(vec![0], i64::MAX, 128, 1024, rotation, skip));
+                let skip = Default::default();
+                let page = rt.block_on(store.due_jobs(DueQuery {
+                    lanes: vec![0],
+                    now_ms: i64::MAX,
+                    per_tenant: 128,
+                    limit: 1024,
+                    rotation,
+                    skip,
+                }));
                 assert_eq!(page.expect("page").jobs.len(), 1024);
             })
         });

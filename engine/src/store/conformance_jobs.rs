@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::conformance::event;
 use super::{
-    AttemptRecord, DeliveryStep, Fence, IngestBatch, Lane, Matches, Settled, Settlement, Store,
-    UnitId,
+    AttemptRecord, DeliveryStep, DueQuery, Fence, IngestBatch, Lane, Matches, Settled, Settlement,
+    Store, UnitId,
 };
 
 /// Runs every test on lanes `first_lane .. first_lane + 4`, which nothing else may use (a store
@@ -32,9 +32,26 @@ pub(super) fn attempt(success: bool, at_ms: i64) -> AttemptRecord {
     }
 }
 
+/// A page of `lane` due at `now`, at most `per_tenant` of a queue and `limit` in all.
+fn query(
+    lane: Lane,
+    now: i64,
+    (per_tenant, limit): (usize, usize),
+    skip: HashSet<u128>,
+) -> DueQuery {
+    DueQuery {
+        lanes: vec![lane],
+        now_ms: now,
+        per_tenant,
+        limit,
+        rotation: 0,
+        skip,
+    }
+}
+
 pub(super) async fn due(store: &dyn Store, lane: Lane, now: i64) -> Vec<super::JobRecord> {
     store
-        .due_jobs(vec![lane], now, 1000, 10_000, 0, Arc::new(HashSet::new()))
+        .due_jobs(query(lane, now, (1000, 10_000), HashSet::new()))
         .await
         .expect("due jobs")
         .jobs
@@ -291,7 +308,7 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
     write_with_jobs(store, &unit, lane, backlog, &[sub]).await;
     write_with_jobs(store, &unit, lane, vec![event(&cold, "x.created")], &[sub]).await;
     let page = store
-        .due_jobs(vec![lane], now, 16, 32, 0, Arc::new(HashSet::new()))
+        .due_jobs(query(lane, now, (16, 32), HashSet::new()))
         .await
         .expect("page");
     assert!(
@@ -307,7 +324,7 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
     // Held jobs are passed over: the next page brings the hot tenant's next ones.
     let held: HashSet<u128> = page.iter().map(|j| j.id).collect();
     let next = store
-        .due_jobs(vec![lane], now, 16, 32, 0, Arc::new(held.clone()))
+        .due_jobs(query(lane, now, (16, 32), held.clone()))
         .await
         .expect("page")
         .jobs;
@@ -317,8 +334,8 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
     let mut seen: HashSet<u128> = held.into_iter().chain(next.iter().map(|j| j.id)).collect();
     let mut pages = 0;
     loop {
-        let skip = Arc::new(seen.clone());
-        let page = (store.due_jobs(vec![lane], now, 1000, 10_000, 0, skip).await).expect("page");
+        let skip = seen.clone();
+        let page = (store.due_jobs(query(lane, now, (1000, 10_000), skip)).await).expect("page");
         seen.extend(page.jobs.iter().map(|j| j.id));
         pages += 1;
         if !page.more || pages == 6 {

@@ -3,6 +3,7 @@
 //! auto-disable streak).
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -16,6 +17,24 @@ pub type Lane = u32;
 /// A job's identity: the event and the subscription, so a replayed creation is the same job.
 pub fn job_id(event: Uuid, subscription: Uuid) -> u128 {
     event.as_u128() ^ subscription.as_u128().rotate_left(64)
+}
+
+/// What a page of due jobs is asked for ([`crate::store::Jobs::due_jobs`]).
+#[derive(Debug, Clone, Default)]
+pub struct DueQuery {
+    /// The lanes paged.
+    pub lanes: Vec<Lane>,
+    /// Jobs due at or before this time.
+    pub now_ms: i64,
+    /// At most this many of each queue (a tenant's subscription).
+    pub per_tenant: usize,
+    /// At most this many in all.
+    pub limit: usize,
+    /// Queues are taken in turn starting at this one (modulo their count), so each gets the
+    /// page's head in turn.
+    pub rotation: u64,
+    /// Jobs the caller holds already: passed over.
+    pub skip: HashSet<u128>,
 }
 
 /// A page of due jobs, and whether a limit (a queue's share or the page's size) left due jobs

@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use hub_engine::store::conformance::{event, run_all};
 use hub_engine::store::cql::{CqlSettings, CqlStore};
 use hub_engine::store::{
-    DeliveryStep, EventLog, Fence, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Matches, Store,
-    StoreOps, UnitId,
+    DeliveryStep, DueQuery, EventLog, Fence, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Matches,
+    Store, StoreOps, UnitId,
 };
 use hub_tests::{report, require, unique, CQL};
 use scylla::client::session_builder::SessionBuilder;
@@ -132,7 +132,14 @@ async fn r_di_1_cql_store_reading_every_event_back_passes_the_delivery_conforman
 
 async fn due_of(store: &dyn Store, lane: Lane, now: i64) -> Vec<hub_engine::store::JobRecord> {
     store
-        .due_jobs(vec![lane], now, 100, 1000, 0, Arc::new(HashSet::new()))
+        .due_jobs(DueQuery {
+            lanes: vec![lane],
+            now_ms: now,
+            per_tenant: 100,
+            limit: 1000,
+            rotation: 0,
+            skip: HashSet::new(),
+        })
         .await
         .expect("due jobs")
         .jobs

@@ -45,7 +45,8 @@ use crate::ingest::jobs::{FreshLeases, Handoff};
 use crate::matching::follow::Subscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
-    DeliveryStep, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store, StoreError,
+    DeliveryStep, DueQuery, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store,
+    StoreError,
 };
 use crate::telemetry::{store_failed, FailedStage};
 use hub_core::partners::PartnerState;

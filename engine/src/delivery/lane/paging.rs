@@ -1,8 +1,6 @@
 //! What a lane holds: the lanes it pages (following ownership, renewing holds), pages of due
 //! jobs, jobs ingest hands over, and the scheduler they wait in.
 
-use std::collections::HashSet;
-
 use super::*;
 
 impl DeliveryLane {
@@ -61,30 +59,32 @@ impl DeliveryLane {
     /// a queue's share of a page) left due jobs unread.
     pub(super) async fn fetch(&self, lane: &mut LaneState) -> Result<bool, StoreError> {
         let room = self.config.held_max.saturating_sub(lane.held.len());
-        let skip: HashSet<u128> = lane
+        let skip = lane
             .held
             .keys()
             .chain(lane.in_flight.keys())
             .copied()
             .collect();
-        let (store, lanes, per_tenant) = (
-            self.store.clone(),
-            lane.lanes.clone(),
-            self.config.per_tenant,
-        );
         lane.rotation = lane.rotation.wrapping_add(1);
-        let rotation = lane.rotation;
         let now = crate::clock::now_ms();
-        let skip = Arc::new(skip);
-        let page = self
-            .bridge
-            .call(async move {
-                store
-                    .due_jobs(lanes, now, per_tenant, room, rotation, skip)
+        let query = DueQuery {
+            lanes: lane.lanes.clone(),
+            now_ms: now,
+            per_tenant: self.config.per_tenant,
+            limit: room,
+            rotation: lane.rotation,
+            skip,
+        };
+        let page = match self.store.due_jobs_at_once(&query) {
+            Some(page) => page,
+            None => {
+                let store = self.store.clone();
+                (self.bridge)
+                    .call(async move { store.due_jobs(query).await })
                     .await
-            })
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))??;
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))??
+            }
+        };
         if !page.jobs.is_empty() {
             tracing::debug!(jobs = page.jobs.len(), more = page.more, "paged due jobs");
         }

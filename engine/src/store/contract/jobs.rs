@@ -1,31 +1,26 @@
 //! Delivery jobs: paged by due time per queue, leased and settled in steps, dead-lettered and
 //! replayed, with each subscription's statistics.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::store::{
-    DeadLetter, DeliveryStats, DeliveryStep, DuePage, Lane, StepOutcome, StoreError,
+    DeadLetter, DeliveryStats, DeliveryStep, DuePage, DueQuery, Lane, StepOutcome, StoreError,
 };
 
 #[async_trait]
 pub trait Jobs: Send + Sync + std::fmt::Debug {
-    /// Due jobs of `lanes` (due at or before `now_ms`), at most `per_tenant` of each queue (a
-    /// tenant's subscription) and `limit` in all, queues taken in turn starting at `rotation`;
-    /// jobs in `skip` (already held by the caller) are passed over. The page says whether a
-    /// limit left due jobs (not in `skip`) unread.
-    async fn due_jobs(
-        &self,
-        lanes: Vec<Lane>,
-        now_ms: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<HashSet<u128>>,
-    ) -> Result<DuePage, StoreError>;
+    /// The jobs of `query.lanes` due at `query.now_ms`, within its limits ([`DueQuery`]). The
+    /// page says whether a limit left due jobs (not in `query.skip`) unread.
+    async fn due_jobs(&self, query: DueQuery) -> Result<DuePage, StoreError>;
+
+    /// [`Jobs::due_jobs`] read on the caller's thread, when the store can answer without
+    /// waiting (no lock a writer holds, no I/O): a shard then pages without a hop to tokio and
+    /// back (issue 17). `None` when it cannot, and the caller asks `due_jobs`. Callable from a
+    /// shard. A store that always waits on something answers `None`.
+    fn due_jobs_at_once(&self, _query: &DueQuery) -> Option<DuePage> {
+        None
+    }
 
     /// One delivery step, atomically: records outcomes (retry times, dead letters, statistics,
     /// the failure streak), then leases the jobs to start and returns them with their events.

@@ -465,19 +465,10 @@ impl Forensics for CqlStore {
 
 #[async_trait]
 impl Jobs for CqlStore {
-    async fn due_jobs(
-        &self,
-        lanes: Vec<super::Lane>,
-        now_ms: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<std::collections::HashSet<u128>>,
-    ) -> Result<super::DuePage, StoreError> {
+    async fn due_jobs(&self, query: super::DueQuery) -> Result<super::DuePage, StoreError> {
         self.flush_idle_stats().await?;
         self.write_counts(false).await?;
-        self.page_due(&lanes, now_ms, per_tenant, limit, rotation, skip)
-            .await
+        self.page_due(&query).await
     }
 
     async fn delivery_step(

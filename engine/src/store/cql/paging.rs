@@ -20,7 +20,7 @@
 //! again only every `LIST_EVERY_MS`, or when this process creates a queue it did not list.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
@@ -30,7 +30,7 @@ use super::jobs::{id_of, lane_i32, StoredJob};
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::decode;
-use crate::store::{DuePage, Lane, StoreError};
+use crate::store::{DuePage, DueQuery, Lane, StoreError};
 
 const FULL_SCAN_EVERY_MS: i64 = 30_000;
 /// How far behind `now` the floor of a queue with nothing due may move up to: a job created now
@@ -170,19 +170,12 @@ impl PagingState {
 }
 
 impl CqlStore {
-    pub(super) async fn page_due(
-        &self,
-        lanes: &[Lane],
-        now: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<HashSet<u128>>,
-    ) -> Result<DuePage, StoreError> {
+    pub(super) async fn page_due(&self, query: &DueQuery) -> Result<DuePage, StoreError> {
+        let (now, per_tenant, limit) = (query.now_ms, query.per_tenant, query.limit);
         // Holds, floors' scan times and the empty-lane cache follow the clock; `now` (the
         // caller's) only says which jobs are due.
         let clock = now_ms();
-        let held = self.hold_lanes(lanes, clock).await?;
+        let held = self.hold_lanes(&query.lanes, clock).await?;
         let mut queues: Vec<Queue> = Vec::new();
         let listed = all(held.iter().map(|&lane| async move {
             if let Some(queues) = self.paging.listed(lane, clock) {
@@ -200,7 +193,7 @@ impl CqlStore {
             return Ok(DuePage::default());
         }
         queues.sort_unstable_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
-        let start = (rotation % queues.len() as u64) as usize;
+        let start = (query.rotation % queues.len() as u64) as usize;
         queues.rotate_left(start);
         let mut out = DuePage::default();
         for chunk in queues.chunks(QUEUES_AT_ONCE) {
@@ -214,7 +207,7 @@ impl CqlStore {
             let want = per_tenant.min((limit - out.jobs.len()).div_ceil(chunk.len()));
             let made: Vec<_> = chunk
                 .iter()
-                .map(|q| self.page_queue(q, now, clock, want, &skip))
+                .map(|q| self.page_queue(q, now, clock, want, &query.skip))
                 .collect();
             let pages: Vec<DuePage> = futures::stream::iter(made)
                 .buffered(QUEUES_AT_ONCE)

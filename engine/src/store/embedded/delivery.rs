@@ -13,8 +13,8 @@ use super::tables::*;
 use super::unavailable;
 use crate::store::codec::{decode, encode};
 use crate::store::{
-    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
-    Lane, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
+    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, DueQuery, JobChange,
+    JobRecord, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
 };
 
 /// The delivery tables, opened once per write transaction.
@@ -254,21 +254,13 @@ pub(super) fn release_leases(db: &Database, now_ms: i64) -> Result<usize, StoreE
 
 /// The due jobs of `lanes` (read-only): each queue (tenant, subscription) in turn from
 /// `rotation`, at most `per_tenant` of each; `more` when a limit left one unread.
-pub(super) fn due_jobs(
-    db: &Database,
-    lanes: &[Lane],
-    now_ms: i64,
-    per_tenant: usize,
-    limit: usize,
-    rotation: u64,
-    skip: &HashSet<u128>,
-) -> Result<DuePage, StoreError> {
+pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, StoreError> {
     let txn = db.begin_read().map_err(unavailable)?;
     let jobs = txn.open_table(JOBS).map_err(unavailable)?;
     let due = txn.open_table(JOB_DUE).map_err(unavailable)?;
     let queues_t = txn.open_table(LANE_TENANTS).map_err(unavailable)?;
     let mut queues: Vec<(u32, String, u128)> = Vec::new();
-    for lane in lanes {
+    for lane in &query.lanes {
         for row in queues_t
             .range((*lane, "", 0)..(*lane + 1, "", 0))
             .map_err(unavailable)?
@@ -281,12 +273,12 @@ pub(super) fn due_jobs(
     if queues.is_empty() {
         return Ok(DuePage::default());
     }
-    let start = (rotation % queues.len() as u64) as usize;
+    let start = (query.rotation % queues.len() as u64) as usize;
     queues.rotate_left(start);
-    let now = now_ms.max(0) as u64;
+    let now = query.now_ms.max(0) as u64;
     let mut page = DuePage::default();
     for (lane, tenant, sub) in &queues {
-        let want = per_tenant.min(limit - page.jobs.len());
+        let want = query.per_tenant.min(query.limit - page.jobs.len());
         let mut taken = 0;
         let range = due
             .range(
@@ -297,7 +289,7 @@ pub(super) fn due_jobs(
         for row in range {
             let (k, _) = row.map_err(unavailable)?;
             let id = k.value().4;
-            if skip.contains(&id) {
+            if query.skip.contains(&id) {
                 continue;
             }
             let Some(v) = jobs.get(id).map_err(unavailable)? else {
@@ -310,7 +302,7 @@ pub(super) fn due_jobs(
             page.jobs.push(decode::<JobRecord>(v.value())?);
             taken += 1;
         }
-        if page.more && page.jobs.len() == limit {
+        if page.more && page.jobs.len() == query.limit {
             break;
         }
     }

@@ -14,7 +14,6 @@ mod group_commit;
 mod retention;
 mod tables;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -27,8 +26,8 @@ use uuid::Uuid;
 use super::codec::{decode, encode};
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, DuePage, EventLog,
-    Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Page,
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, DuePage, DueQuery,
+    EventLog, Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs, LaneHolds, Page,
     QuarantineRecord, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use crate::store::unavailable;
@@ -321,19 +320,9 @@ impl Forensics for EmbeddedStore {
 
 #[async_trait]
 impl Jobs for EmbeddedStore {
-    async fn due_jobs(
-        &self,
-        lanes: Vec<Lane>,
-        now_ms: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<HashSet<u128>>,
-    ) -> Result<DuePage, StoreError> {
-        self.blocking(move |db| {
-            delivery::due_jobs(db, &lanes, now_ms, per_tenant, limit, rotation, &skip)
-        })
-        .await
+    async fn due_jobs(&self, query: DueQuery) -> Result<DuePage, StoreError> {
+        self.blocking(move |db| delivery::due_jobs(db, &query))
+            .await
     }
 
     async fn delivery_step(&self, step: DeliveryStep) -> Result<StepOutcome, StoreError> {

@@ -1,7 +1,6 @@
 //! Jobs in the log store: leased, settled, dead-lettered and replayed inside a group (writes),
 //! paged per lane and queue by due time from the in-memory index (reads).
 
-use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -13,8 +12,8 @@ use super::state::{job_of, State};
 use super::writes::Tx;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::store::{
-    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, JobChange, JobRecord,
-    Lane, Settled, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
+    lease_job, settle_job, DeadLetter, DeliveryStats, DeliveryStep, DuePage, DueQuery, JobChange,
+    JobRecord, Settled, Started, StepOutcome, StoreError, StoredEvent, EVENT_GONE,
 };
 
 /// Statistics a step touched, recorded once at its end. Keyed by subscription alone (its id
@@ -223,18 +222,10 @@ pub(super) fn replay(
 
 /// The due jobs of `lanes`: each queue (tenant, subscription) in turn from `rotation`, at most
 /// `per_tenant` of each, `limit` in all, passing over `skip`; `more` when a limit left one unread.
-pub(super) fn due_jobs(
-    state: &State,
-    lanes: &[Lane],
-    now_ms: i64,
-    per_tenant: usize,
-    limit: usize,
-    rotation: u64,
-    skip: &HashSet<u128>,
-) -> DuePage {
+pub(super) fn due_jobs(state: &State, query: &DueQuery) -> DuePage {
     let empty: Arc<str> = Arc::from("");
     let mut queues = Vec::new();
-    for &lane in lanes {
+    for &lane in &query.lanes {
         let from = (lane, empty.clone(), 0);
         let to = (lane.saturating_add(1), empty.clone(), 0);
         let lane_queues = state.queues.range(from..to).filter(|(k, _)| k.0 == lane);
@@ -244,20 +235,20 @@ pub(super) fn due_jobs(
     if queues.is_empty() {
         return page;
     }
-    let start = (rotation % queues.len() as u64) as usize;
+    let start = (query.rotation % queues.len() as u64) as usize;
     queues.rotate_left(start);
     for due in queues {
-        let want = per_tenant.min(limit - page.jobs.len());
-        let mut entries = (due.up_to((now_ms, u64::MAX, u64::MAX)))
+        let want = query.per_tenant.min(query.limit - page.jobs.len());
+        let mut entries = (due.up_to((query.now_ms, u64::MAX, u64::MAX)))
             .map(job_of)
-            .filter(|id| !skip.contains(id))
+            .filter(|id| !query.skip.contains(id))
             .filter_map(|id| state.jobs.get(id).map(|entry| (id, entry)));
         let jobs = entries.by_ref().take(want);
         page.jobs
             .extend(jobs.map(|(id, entry)| state.record(id, entry)));
         if entries.next().is_some() {
             page.more = true;
-            if page.jobs.len() == limit {
+            if page.jobs.len() == query.limit {
                 break;
             }
         }

@@ -33,7 +33,6 @@ mod sync_tests;
 mod tests;
 mod writes;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -47,9 +46,9 @@ use self::segments::Segments;
 use self::writes::Tx;
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
-    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, DuePage, EventLog,
-    Expired, Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Page,
-    QuarantineRecord, Retention, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
+    BatchOutcome, DeadLetter, DeliveryStats, DeliveryStep, DlqObservation, DuePage, DueQuery,
+    EventLog, Expired, Fence, Forensics, ForensicsFilter, Ingest, IngestBatch, Jobs, LaneHolds,
+    Page, QuarantineRecord, Retention, StepOutcome, StoreError, StoreOps, StoredEvent, UnitId,
 };
 use crate::store::unavailable;
 
@@ -195,6 +194,15 @@ impl LogStore {
     fn read<T>(&self, read: impl FnOnce(&Log) -> T) -> T {
         let log = self.shared.log.lock().unwrap_or_else(|e| e.into_inner());
         read(&log)
+    }
+
+    /// [`LogStore::read`] if the log is free; `None` while a writer holds it.
+    fn read_at_once<T>(&self, read: impl FnOnce(&Log) -> T) -> Option<T> {
+        match self.shared.log.try_lock() {
+            Ok(log) => Some(read(&log)),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(read(&p.into_inner())),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -386,20 +394,14 @@ impl Forensics for LogStore {
 
 #[async_trait]
 impl Jobs for LogStore {
-    async fn due_jobs(
-        &self,
-        lanes: Vec<Lane>,
-        now_ms: i64,
-        per_tenant: usize,
-        limit: usize,
-        rotation: u64,
-        skip: Arc<HashSet<u128>>,
-    ) -> Result<DuePage, StoreError> {
-        Ok(self.read(|log| {
-            delivery::due_jobs(
-                &log.state, &lanes, now_ms, per_tenant, limit, rotation, &skip,
-            )
-        }))
+    async fn due_jobs(&self, query: DueQuery) -> Result<DuePage, StoreError> {
+        Ok(self.read(|log| delivery::due_jobs(&log.state, &query)))
+    }
+
+    /// Read at once unless a writer holds the log (an append, perhaps with its sync): a shard
+    /// never waits on the lock.
+    fn due_jobs_at_once(&self, query: &DueQuery) -> Option<DuePage> {
+        self.read_at_once(|log| delivery::due_jobs(&log.state, query))
     }
 
     /// A step of outcomes alone rides the next group (nobody waits on it to start work); a step

@@ -13,8 +13,8 @@ use super::LogStore;
 use crate::store::conformance::{event, quarantined};
 use crate::store::conformance_jobs::step;
 use crate::store::{
-    AttemptRecord, EventLog, Fence, ForensicsFilter, Ingest, IngestBatch, Jobs, Matches, Retention,
-    Settled, Settlement, Store, StoreOps, UnitId,
+    AttemptRecord, DueQuery, EventLog, Fence, ForensicsFilter, Ingest, IngestBatch, Jobs, Matches,
+    Retention, Settled, Settlement, Store, StoreOps, UnitId,
 };
 
 const TENANTS: [&str; 3] = ["t-a", "t-b", "t-c"];
@@ -46,7 +46,14 @@ async fn seen(store: &dyn Store, subs: &[Uuid], unit: &UnitId) -> Seen {
         events.insert(tenant.to_owned(), read);
     }
     let due = store
-        .due_jobs(vec![LANE], FAR, usize::MAX, usize::MAX, 0, Arc::default())
+        .due_jobs(DueQuery {
+            lanes: vec![LANE],
+            now_ms: FAR,
+            per_tenant: usize::MAX,
+            limit: usize::MAX,
+            rotation: 0,
+            skip: Default::default(),
+        })
         .await
         .expect("due")
         .jobs;
@@ -127,7 +134,14 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
         }
         4..=5 => {
             let due = store
-                .due_jobs(vec![LANE], *now, 3, 6, rng.gen(), Arc::default())
+                .due_jobs(DueQuery {
+                    lanes: vec![LANE],
+                    now_ms: *now,
+                    per_tenant: 3,
+                    limit: 6,
+                    rotation: rng.gen(),
+                    skip: Default::default(),
+                })
                 .await
                 .expect("due")
                 .jobs;
@@ -139,7 +153,14 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
         }
         6..=7 => {
             let due = store
-                .due_jobs(vec![LANE], FAR, 3, 6, rng.gen(), Arc::default())
+                .due_jobs(DueQuery {
+                    lanes: vec![LANE],
+                    now_ms: FAR,
+                    per_tenant: 3,
+                    limit: 6,
+                    rotation: rng.gen(),
+                    skip: Default::default(),
+                })
                 .await
                 .expect("due")
                 .jobs;

@@ -12,7 +12,7 @@ use super::committer::UNSYNCED_AT_MOST;
 use super::LogStore;
 use crate::store::conformance::event;
 use crate::store::conformance_jobs::{attempt, due, step, write_with_jobs};
-use crate::store::{Jobs, Settled, Settlement, UnitId};
+use crate::store::{DuePage, DueQuery, Jobs, Settled, Settlement, UnitId};
 
 impl LogStore {
     /// Since when frames have waited for a sync, and where the synced ones end.
@@ -363,4 +363,37 @@ fn r_di_1_riders_waiting_when_the_store_goes_are_written() {
         drop(store);
     });
     assert_eq!(due, 0, "the settlement lasted");
+}
+
+/// A page of due jobs is read on the caller's thread while the log is free, the same page
+/// `due_jobs` reads; while a writer holds the log the caller is told to ask `due_jobs`, and
+/// never waits for the lock (a shard must not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_2_due_jobs_are_paged_at_once_only_while_the_log_is_free() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open(dir.path()).expect("open");
+    let job = one_job(&store, 7).await;
+    let page = |skip: Vec<u128>| {
+        store.due_jobs_at_once(&DueQuery {
+            lanes: vec![7],
+            now_ms: crate::clock::now_ms(),
+            per_tenant: 10,
+            limit: 10,
+            rotation: 0,
+            skip: skip.into_iter().collect(),
+        })
+    };
+    let ids = |page: Option<DuePage>| {
+        let page = page.expect("the log is free: read at once");
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(page(vec![])), vec![job]);
+    assert!(ids(page(vec![job])).is_empty(), "skip holds");
+    let log = store.shared.log.lock().expect("a writer holds the log");
+    let started = Instant::now();
+    assert!(page(vec![]).is_none(), "held: ask due_jobs");
+    let waited = started.elapsed();
+    drop(log);
+    assert!(waited < Duration::from_secs(1), "no wait on the lock");
+    assert_eq!(ids(page(vec![])), vec![job]);
 }
