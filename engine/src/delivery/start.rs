@@ -14,7 +14,7 @@ use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
 use crate::ingest::jobs::{FreshLeases, HandOver, Handoff, JobRouting};
-use crate::matching::follow::{follow, listen_for_changes, Subscriptions};
+use crate::matching::follow::{follow, listen_for_changes, LocalSubscriptions, Subscriptions};
 use crate::runtime::TokioBridge;
 use crate::store::Store;
 
@@ -198,7 +198,7 @@ impl Delivery {
                         ownership: self.ownership.clone(),
                         store: store.clone(),
                         bridge: bridge.clone(),
-                        subs: routing.subs.clone(),
+                        subs: LocalSubscriptions::new(routing.subs.clone()),
                         sinks: self.control.sinks.clone(),
                         keyring: self.control.keyring.clone(),
                         control: self.control.clone(),

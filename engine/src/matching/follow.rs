@@ -1,10 +1,14 @@
 //! Following subscription changes (DESIGN "change propagation", R-MA-3): the control plane writes
 //! every change to its revision log; an engine reads the log from the last revision it applied,
-//! reloads the subscriptions it names, and swaps in a new immutable `MatchIndex`. Shards read the
-//! current index without locks of their own; a stale revision is never applied over a newer one.
+//! reloads the subscriptions it names, and publishes a new immutable [`Snapshot`] (the
+//! `MatchIndex` and the subscriptions by id). Each shard keeps its own copy of the current
+//! snapshot ([`LocalSubscriptions`]) and looks at the shared one only when a new one was published
+//! (STYLE §11: no lock shared between cores per job); a stale revision is never applied over a
+//! newer one.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -12,6 +16,7 @@ use hub_control::store::{ControlStore, ControlStoreError};
 use hub_core::model::Subscription;
 use uuid::Uuid;
 
+use super::by_id::ById;
 use super::index::MatchIndex;
 
 /// Log entries read per round trip.
@@ -20,7 +25,11 @@ const PAGE: usize = 1000;
 /// The engine's view of the subscriptions.
 #[derive(Debug, Default)]
 pub struct Subscriptions {
-    index: RwLock<Arc<MatchIndex>>,
+    /// What matching and delivery read: replaced whole by each catch-up that changed something.
+    current: RwLock<Arc<Snapshot>>,
+    /// How many snapshots were published: a shard's copy is current while this has not moved.
+    published: AtomicU64,
+    /// What catch-ups apply changes to; published as the next snapshot's subscriptions.
     known: Mutex<Known>,
     /// One catch-up at a time: the follower and, in one process, the control plane's writes
     /// (two at once could put an older copy of a subscription over a newer one). Holds how
@@ -59,12 +68,26 @@ impl Recent {
     }
 }
 
+/// One revision of the subscriptions, immutable once published.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub index: Arc<MatchIndex>,
+    by_id: ById,
+}
+
+impl Snapshot {
+    /// The subscription `id` of `tenant` as of this revision (`None` once deleted or never
+    /// seen). By id alone, the tenant checked after: no key is built per job.
+    pub fn get(&self, tenant: &str, id: Uuid) -> Option<&Arc<Subscription>> {
+        self.by_id.get(&id).filter(|s| s.tenant == tenant)
+    }
+}
+
 /// The subscriptions as of the last change applied.
 #[derive(Debug, Default)]
 struct Known {
-    /// By id (ids are unique across tenants); a lookup checks the tenant, so no key is built per
-    /// job on the delivery path.
-    by_id: HashMap<Uuid, Arc<Subscription>>,
+    /// By id (ids are unique across tenants): the next snapshot's.
+    by_id: ById,
     /// Each tenant's ids, for rebuilding the index of a tenant whose subscriptions changed.
     by_tenant: HashMap<String, HashSet<Uuid>>,
 }
@@ -86,7 +109,7 @@ impl Known {
                     .entry(s.tenant.clone())
                     .or_default()
                     .insert(id);
-                self.by_id.insert(id, Arc::new(s));
+                self.by_id.insert(Arc::new(s));
             }
             None => {
                 if let Some(gone) = self.by_id.remove(&id) {
@@ -113,31 +136,77 @@ impl Known {
     }
 }
 
+/// A shard's own copy of the current [`Snapshot`] (STYLE §11): a look costs one read of the
+/// published count, and the shared lock is taken only after a new snapshot was published. Only
+/// the shard holding it reads or replaces its copy.
+#[derive(Debug)]
+pub struct LocalSubscriptions {
+    shared: Arc<Subscriptions>,
+    seen: Cell<u64>,
+    copy: RefCell<Arc<Snapshot>>,
+}
+
+impl LocalSubscriptions {
+    pub fn new(shared: Arc<Subscriptions>) -> Self {
+        let seen = shared.published.load(Ordering::Acquire);
+        let copy = shared.snapshot();
+        Self {
+            shared,
+            seen: Cell::new(seen),
+            copy: RefCell::new(copy),
+        }
+    }
+
+    /// The subscription as of the current snapshot ([`Snapshot::get`]).
+    pub fn get(&self, tenant: &str, id: Uuid) -> Option<Arc<Subscription>> {
+        self.refresh();
+        self.copy.borrow().get(tenant, id).cloned()
+    }
+
+    /// Takes the shared snapshot if one was published since the copy was.
+    fn refresh(&self) {
+        let published = self.shared.published.load(Ordering::Acquire);
+        if published != self.seen.get() {
+            *self.copy.borrow_mut() = self.shared.snapshot();
+            self.seen.set(published);
+        }
+    }
+}
+
+impl Clone for LocalSubscriptions {
+    /// A copy of its own, current when made.
+    fn clone(&self) -> Self {
+        Self::new(self.shared.clone())
+    }
+}
+
 /// When a change's subscription is read a last time after its log entry was first read (far
 /// longer than the moment between a writer's log entry and its row).
 const RECHECK: Duration = Duration::from_secs(5);
 
 impl Subscriptions {
-    /// The index to match with now (cheap: one `Arc` clone).
-    pub fn index(&self) -> Arc<MatchIndex> {
-        self.index
+    /// The snapshot published last (one `Arc` clone under the shared lock; a shard reads its
+    /// own copy, [`LocalSubscriptions`]).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current
             .read()
             .map(|i| i.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// The subscription as of the last change applied (`None` once deleted or never seen).
+    /// The index to match with now.
+    pub fn index(&self) -> Arc<MatchIndex> {
+        self.snapshot().index.clone()
+    }
+
+    /// The subscription as of the last snapshot published (`None` once deleted or never seen).
     pub fn get(&self, tenant: &str, id: Uuid) -> Option<Arc<Subscription>> {
-        let known = self.known.lock().ok()?;
-        known.by_id.get(&id).filter(|s| s.tenant == tenant).cloned()
+        self.snapshot().get(tenant, id).cloned()
     }
 
     /// Every subscription known (the automatic prober walks them).
     pub fn all(&self) -> Vec<Arc<Subscription>> {
-        self.known
-            .lock()
-            .map(|k| k.by_id.values().cloned().collect())
-            .unwrap_or_default()
+        self.snapshot().by_id.values().cloned().collect()
     }
 
     /// Applies every change after the current index's revision; true when the index changed.
@@ -181,16 +250,20 @@ impl Subscriptions {
         if revision == start && touched.is_empty() {
             return Ok(false);
         }
-        let index = match self.known.lock() {
-            Ok(known) => self.index().rebuilt(
-                revision,
-                touched.iter().map(|t| (t.as_str(), known.of_tenant(t))),
-            ),
+        let next = match self.known.lock() {
+            Ok(known) => Snapshot {
+                index: Arc::new(self.index().rebuilt(
+                    revision,
+                    touched.iter().map(|t| (t.as_str(), known.of_tenant(t))),
+                )),
+                by_id: known.by_id.clone(),
+            },
             Err(_) => return Ok(false),
         };
-        if let Ok(mut current) = self.index.write() {
-            if current.revision <= revision {
-                *current = Arc::new(index);
+        if let Ok(mut current) = self.current.write() {
+            if current.index.revision <= revision {
+                *current = Arc::new(next);
+                self.published.fetch_add(1, Ordering::Release);
             }
         }
         Ok(true)
@@ -578,6 +651,55 @@ mod tests {
         assert!(
             !subs.catch_up(&*store).await.expect("catch up"),
             "nothing new: the index stays"
+        );
+    }
+}
+
+#[cfg(test)]
+mod local_tests {
+    use super::*;
+    use hub_control::store::conformance::subscription;
+    use hub_control::store::embedded::EmbeddedControlStore;
+
+    /// A shard's copy (STYLE §11) answers from the snapshot it holds until a catch-up publishes
+    /// a new one, then from that one: a change reaches every shard, and between changes no look
+    /// takes the shared lock (the copy stays the very same snapshot).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn r_ma_3_a_shards_copy_of_the_subscriptions_follows_each_published_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open");
+        let shared = Arc::new(Subscriptions::default());
+        let local = LocalSubscriptions::new(shared.clone());
+        let first = subscription("t-local", "hook");
+        store.create(&first).await.expect("create");
+        assert!(
+            local.get("t-local", first.id).is_none(),
+            "not caught up yet"
+        );
+        shared.catch_up(&store).await.expect("catch up");
+        assert_eq!(local.get("t-local", first.id).map(|s| s.id), Some(first.id));
+        assert!(
+            local.get("t-other", first.id).is_none(),
+            "another tenant's id"
+        );
+        let held = local.copy.borrow().clone();
+        assert!(
+            !shared.catch_up(&store).await.expect("catch up"),
+            "no change"
+        );
+        local.get("t-local", first.id);
+        assert!(Arc::ptr_eq(&held, &local.copy.borrow()), "the same copy");
+
+        let mut paused = first.clone();
+        paused.enabled = false;
+        paused.revision = 2;
+        store.replace(&paused, 1).await.expect("replace");
+        shared.catch_up(&store).await.expect("catch up");
+        let seen = local.get("t-local", first.id).expect("known");
+        assert!(!seen.enabled, "the change reached the shard's copy");
+        assert!(
+            held.get("t-local", first.id).is_some_and(|s| s.enabled),
+            "old snapshot kept"
         );
     }
 }

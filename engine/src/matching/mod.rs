@@ -4,8 +4,11 @@
 //!
 //! - `index`: the immutable per-revision index by tenant and event key.
 //! - `follow`: keeps the shared `Subscriptions` (the current index and what it was built from)
-//!   up to date from the control plane's revision log.
+//!   up to date from the control plane's revision log, published as immutable snapshots each
+//!   shard keeps its own copy of (`LocalSubscriptions`).
+//! - `by_id`: the subscriptions by id in shares copied on write, for those snapshots.
 
+pub mod by_id;
 pub mod follow;
 pub mod index;
 

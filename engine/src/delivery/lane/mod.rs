@@ -42,7 +42,7 @@ use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
 use crate::fast_hash::FastMap;
 use crate::ingest::jobs::{FreshLeases, Handoff};
-use crate::matching::follow::Subscriptions;
+use crate::matching::follow::LocalSubscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
     DeliveryStep, DueQuery, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store,
@@ -121,7 +121,8 @@ pub struct DeliveryLane {
     pub config: LaneConfig,
     pub store: Arc<dyn Store>,
     pub bridge: TokioBridge,
-    pub subs: Arc<Subscriptions>,
+    /// This shard's own copy of the subscriptions, current as of the last snapshot published.
+    pub subs: LocalSubscriptions,
     /// Every push kind's client, shared with the control plane's probes.
     pub sinks: Sinks,
     pub keyring: Arc<Keyring>,
