@@ -16,6 +16,7 @@ use hub_engine::delivery::decide::{after_attempt, curve_of, dispatch, Dispatch};
 use hub_engine::delivery::fairness::{Due, Scheduler};
 use hub_engine::delivery::signature::{headers, SigningKey};
 use hub_engine::fast_hash::FastMap;
+use hub_engine::matching::follow::{LocalSubscriptions, Subscriptions};
 use hub_engine::matching::{EventFacts, MatchIndex};
 use hub_engine::store::JobRecord;
 use rand::SeedableRng;
@@ -238,5 +239,50 @@ fn backlog() -> Scheduler {
     scheduler
 }
 
-criterion_group!(benches, delivery, lane_step, signing_keys);
+criterion_group!(
+    benches,
+    delivery,
+    lane_step,
+    signing_keys,
+    subscription_lookup
+);
 criterion_main!(benches);
+
+/// A lane's lookup of a job's subscription (three to four per delivered event), 2,000
+/// subscriptions known: from the shard's own copy (`LocalSubscriptions`, what a lane does), and
+/// through the shared snapshot's lock and `Arc` (what the copy spares it; the lookup before it
+/// took a `Mutex` shared by both shards).
+fn subscription_lookup(c: &mut Criterion) {
+    use hub_control::store::ControlStore;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store =
+        hub_control::store::embedded::EmbeddedControlStore::open(&dir.path().join("control.redb"))
+            .expect("control store");
+    let subs: Vec<Subscription> = subscriptions().into_iter().take(2_000).collect();
+    for sub in &subs {
+        rt.block_on(store.create(sub)).expect("create");
+    }
+    let shared = std::sync::Arc::new(Subscriptions::default());
+    rt.block_on(shared.catch_up(&store)).expect("catch up");
+    let local = LocalSubscriptions::new(shared.clone());
+    let mut group = c.benchmark_group("subscription_lookup");
+    group.throughput(Throughput::Elements(1));
+    let mut i = 0;
+    group.bench_function("from_the_shards_copy", |b| {
+        b.iter(|| {
+            i = (i + 7) % subs.len();
+            std::hint::black_box(local.get(&subs[i].tenant, subs[i].id));
+        })
+    });
+    group.bench_function("through_the_shared_snapshot", |b| {
+        b.iter(|| {
+            i = (i + 7) % subs.len();
+            let snapshot = shared.snapshot();
+            std::hint::black_box(snapshot.get(&subs[i].tenant, subs[i].id).cloned());
+        })
+    });
+    group.finish();
+}

@@ -18,6 +18,7 @@ use crate::ingest::kafka::{consumer, run_ingest_consumer, ConsumerWork, KafkaSet
 use crate::ingest::partition_feed::{PartitionFeed, ShardQueues};
 use crate::ingest::shard::ShardIngest;
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
+use crate::matching::follow::LocalSubscriptions;
 use crate::readiness::{ComponentState, Readiness};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
 use crate::store::choice::{embedded_format, open_embedded};
@@ -398,6 +399,9 @@ fn start_shards(
                         commits: commits.clone(),
                         observer: Some(observer.clone()),
                         routing: lane.as_ref().map(|l| l.routing.clone()),
+                        subs: lane
+                            .as_ref()
+                            .map(|l| LocalSubscriptions::new(l.routing.subs.clone())),
                         assignment: assignment.clone(),
                     };
                     let started = shards_started.clone();

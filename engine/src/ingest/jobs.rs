@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::delivery::ownership::Ownership;
 use crate::matching::follow::Subscriptions;
-use crate::matching::EventFacts;
+use crate::matching::{EventFacts, MatchIndex};
 use crate::store::{
     BatchOutcome, InboxEvent, IngestBatch, JobRecord, Lane, Matches, Started, Store, StoredEvent,
 };
@@ -111,9 +111,14 @@ impl JobRouting {
         self.ownership.lane_of(topic, partition)
     }
 
-    /// Matches every event of `batch` against the current index and names the lane.
+    /// Matches every event of `batch` against the current index and names the lane (off a
+    /// shard; a shard matches with its own copy, [`JobRouting::attach_with`]).
     pub fn attach(&self, batch: &mut IngestBatch, lane: Lane) {
-        let index = self.subs.index();
+        self.attach_with(batch, lane, &self.subs.index());
+    }
+
+    /// [`JobRouting::attach`] against `index`.
+    pub fn attach_with(&self, batch: &mut IngestBatch, lane: Lane, index: &MatchIndex) {
         batch.lane = lane;
         batch.matches = batch
             .events

@@ -16,6 +16,7 @@ use super::jobs::JobRouting;
 use super::kafka::Commit;
 use super::partition_feed::ShardQueues;
 use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
+use crate::matching::follow::LocalSubscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{BatchOutcome, Fence, IngestBatch, Store, StoreError, UnitId};
 use crate::verdict::{topic_source, VerdictCounters, VerdictLimits};
@@ -50,6 +51,8 @@ pub struct ShardIngest {
     pub observer: Option<Arc<dyn KeyObserver>>,
     /// Matching and the lanes: jobs are written with their events (R-DI-1).
     pub routing: Option<JobRouting>,
+    /// This shard's own copy of the subscriptions `routing` matches with (STYLE §11).
+    pub subs: Option<LocalSubscriptions>,
     /// The partitions this member holds: a unit is claimed only while its partition is held.
     pub assignment: Arc<Assignment>,
 }
@@ -147,8 +150,9 @@ impl ShardIngest {
         for r in recs {
             judge_into(&mut batch, r, source, &self.limits, &self.counters, now);
         }
-        if let Some(r) = &self.routing {
-            r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition));
+        if let (Some(r), Some(subs)) = (&self.routing, &self.subs) {
+            let lane = r.lane_of(&unit.topic, unit.partition);
+            subs.with_index(|index| r.attach_with(&mut batch, lane, index));
         }
         let batch = Arc::new(batch);
         let mut backoff = Duration::from_millis(50);

@@ -163,6 +163,13 @@ impl LocalSubscriptions {
         self.copy.borrow().get(tenant, id).cloned()
     }
 
+    /// `read` of the current snapshot's index, borrowed from the copy (no count of a shared
+    /// `Arc` moves per batch).
+    pub fn with_index<T>(&self, read: impl FnOnce(&MatchIndex) -> T) -> T {
+        self.refresh();
+        read(&self.copy.borrow().index)
+    }
+
     /// Takes the shared snapshot if one was published since the copy was.
     fn refresh(&self) {
         let published = self.shared.published.load(Ordering::Acquire);
@@ -197,11 +204,6 @@ impl Subscriptions {
     /// The index to match with now.
     pub fn index(&self) -> Arc<MatchIndex> {
         self.snapshot().index.clone()
-    }
-
-    /// The subscription as of the last snapshot published (`None` once deleted or never seen).
-    pub fn get(&self, tenant: &str, id: Uuid) -> Option<Arc<Subscription>> {
-        self.snapshot().get(tenant, id).cloned()
     }
 
     /// Every subscription known (the automatic prober walks them).
@@ -653,13 +655,6 @@ mod tests {
             "nothing new: the index stays"
         );
     }
-}
-
-#[cfg(test)]
-mod local_tests {
-    use super::*;
-    use hub_control::store::conformance::subscription;
-    use hub_control::store::embedded::EmbeddedControlStore;
 
     /// A shard's copy (STYLE §11) answers from the snapshot it holds until a catch-up publishes
     /// a new one, then from that one: a change reaches every shard, and between changes no look

@@ -79,7 +79,7 @@ impl DeliveryLane {
             Some(page) => page,
             None => {
                 let store = self.store.clone();
-                (self.bridge)
+                self.bridge
                     .call(async move { store.due_jobs(query).await })
                     .await
                     .map_err(|e| StoreError::Unavailable(e.to_string()))??

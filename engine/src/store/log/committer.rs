@@ -137,6 +137,18 @@ impl Drop for Shared {
     }
 }
 
+impl Shared {
+    /// The log, unless a writer holds it (an append, perhaps with its sync): what a shard may
+    /// do without waiting on the lock.
+    pub(super) fn log_if_free(&self) -> Option<std::sync::MutexGuard<'_, Log>> {
+        match self.log.try_lock() {
+            Ok(log) => Some(log),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
 /// Queues `op` to ride the next frame appended by either path; its writer makes sure it goes
 /// within `RIDE_AT_MOST` (on a shard, [`flush_riders`]; off one, [`ride_with_the_thread`]).
 /// No thread is woken: at a low rate the next ingest batch a shard appends itself carries it,
@@ -296,10 +308,8 @@ pub(super) fn append_here(
     committer: &Committer,
     ops: Vec<Op>,
 ) -> Result<(), Vec<Op>> {
-    let mut log = match shared.log.try_lock() {
-        Ok(log) => log,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return Err(ops),
+    let Some(mut log) = shared.log_if_free() else {
+        return Err(ops);
     };
     let synced = ops.iter().any(|op| op.durability == Durability::Synced);
     // A sync holds the writer's thread ~0.1 ms: only on a quiet log, where no other write

@@ -195,15 +195,6 @@ impl LogStore {
         let log = self.shared.log.lock().unwrap_or_else(|e| e.into_inner());
         read(&log)
     }
-
-    /// [`LogStore::read`] if the log is free; `None` while a writer holds it.
-    fn read_at_once<T>(&self, read: impl FnOnce(&Log) -> T) -> Option<T> {
-        match self.shared.log.try_lock() {
-            Ok(log) => Some(read(&log)),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(read(&p.into_inner())),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
 }
 
 /// A write for the commit thread (or a lane's own append), and where its answer comes.
@@ -401,7 +392,8 @@ impl Jobs for LogStore {
     /// Read at once unless a writer holds the log (an append, perhaps with its sync): a shard
     /// never waits on the lock.
     fn due_jobs_at_once(&self, query: &DueQuery) -> Option<DuePage> {
-        self.read_at_once(|log| delivery::due_jobs(&log.state, query))
+        let log = self.shared.log_if_free()?;
+        Some(delivery::due_jobs(&log.state, query))
     }
 
     /// A step of outcomes alone rides the next group (nobody waits on it to start work); a step
