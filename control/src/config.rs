@@ -271,10 +271,10 @@ impl ControlConfig {
                     .map_err(|e| anyhow::anyhow!("the destination check's resolver: {e}"))?,
             ),
             catalog: Arc::new(Catalog::load(self.catalog.as_deref())),
-            events: std::sync::OnceLock::new(),
-            local_index: std::sync::OnceLock::new(),
+            events: Arc::default(),
+            local_index: Arc::default(),
             outcomes: Default::default(),
-            reader: std::sync::OnceLock::new(),
+            reader: Arc::default(),
             rotation_overlap_ms: self.rotation_overlap_ms,
             idem,
             now_ms,
@@ -408,7 +408,7 @@ async fn fetch_jwks(source: &str) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::tests::jwks;
+    use hub_core::auth::testing::jwks;
     use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 
     /// R-CP-1 (issue 15): a token signed with a key Access Manager has just added (a `kid` the
@@ -419,9 +419,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("jwks.json");
         let (n1, k2, n2) = (
-            include_str!("../testdata/rsa-k1.n"),
-            include_str!("../testdata/rsa-k2.pem"),
-            include_str!("../testdata/rsa-k2.n"),
+            include_str!("../../core/testdata/rsa-k1.n"),
+            include_str!("../../core/testdata/rsa-k2.pem"),
+            include_str!("../../core/testdata/rsa-k2.n"),
         );
         std::fs::write(&file, jwks(&[("k1", n1)])).expect("write");
         let path = file.display().to_string();

@@ -8,8 +8,6 @@
 #![recursion_limit = "256"]
 
 pub mod answer;
-pub mod auth;
-pub mod catalog;
 pub mod config;
 pub mod deliveries;
 mod edits;
@@ -22,8 +20,10 @@ pub mod ops;
 pub mod partners;
 pub mod probe;
 pub mod push;
-pub mod reader;
 mod rewrite;
 pub mod rotation;
 pub mod service;
-pub mod store;
+
+// What the engine needs as well lives in `hub-core` (the engine never depends on the control
+// plane); these names keep the control plane's own paths.
+pub use hub_core::{auth, catalog, control_store as store, reader};

@@ -16,9 +16,7 @@ use serde_json::json;
 
 use crate::service::Control;
 
-/// The tenant a readiness read asks about: no tenant has this name (tenant ids are producers'
-/// `ce-tenantid`s), and CQL refuses an empty partition key.
-pub const PROBE_TENANT: &str = "_readiness";
+pub use hub_core::control_store::PROBE_TENANT;
 
 /// How long a component has to answer a readiness check.
 const CHECK_WITHIN: Duration = Duration::from_secs(2);

@@ -21,13 +21,7 @@ use hub_core::sink::grant::{check_trust, unsafe_trust, Trust};
 use hub_core::sink::outcome::Outcome;
 use hub_core::sink::{EventOut, Material};
 
-/// The hub's own operational events (R-CP-5): CloudEvents with source `hub` for the
-/// subscription's tenant, through the same pipeline as producers' events, so a tenant subscribes
-/// to them like any other (`origin: hub`).
-pub trait HubEvents: Send + Sync + std::fmt::Debug {
-    /// Emits `key` (`destination.verified`, `destination.disabled`) about `sub`; fire and forget.
-    fn emit(&self, tenant: &str, key: &str, subscription: Uuid, detail: serde_json::Value);
-}
+pub use hub_core::in_process::HubEvents;
 
 /// Which probe a tenant asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,9 +208,9 @@ pub fn after_auto_probe(current: &Subscription, outcome: &Outcome, now_ms: i64) 
     next
 }
 
-impl Control {
-    /// Probes `sub` if its automatic probe is due at `now_ms`; returns whether it probed.
-    pub async fn auto_probe(&self, sub: &Subscription, now_ms: i64) -> bool {
+#[async_trait::async_trait]
+impl hub_core::in_process::AutoProbe for Control {
+    async fn auto_probe(&self, sub: &Subscription, now_ms: i64) -> bool {
         if auto_probe_due(sub).is_none_or(|due| due > now_ms) {
             return false;
         }
@@ -237,7 +231,9 @@ impl Control {
         }
         true
     }
+}
 
+impl Control {
     /// `hub.destination.verified`, unless the subscription is paused (R-CP-5).
     pub(crate) fn announce_verified(&self, sub: &Subscription) {
         if let (Some(events), false) = (self.events.get(), sub.paused) {

@@ -94,16 +94,16 @@ pub struct Control {
     pub sinks: hub_core::sink::Sinks,
     /// Where the hub's own operational events go (`hub.destination.verified`, …): set by the
     /// engine that runs this control plane in-process; unset, they are not emitted.
-    pub events: std::sync::OnceLock<Arc<dyn crate::probe::HubEvents>>,
+    pub events: hub_core::in_process::HubEventsSlot,
     /// The engine running in this process, if any (the standalone hub): a write answers only
     /// once its index has the change, so an event posted right after a create, ping or resume
     /// is matched. Across processes engines catch up within a second (R-MA-3).
-    pub local_index: std::sync::OnceLock<Arc<dyn LocalIndex>>,
+    pub local_index: hub_core::in_process::LocalIndexSlot,
     /// Each attempt's outcome as the engine in this process settles it (GraphQL's live
     /// `deliveryOutcomes`); nothing is published in a control process without an engine.
     pub outcomes: hub_core::outcomes::OutcomeFeed,
     /// The engine in this process, for what it holds (pull, dead letters, health).
-    pub reader: std::sync::OnceLock<Arc<dyn crate::reader::DeliveryReader>>,
+    pub reader: hub_core::in_process::ReaderSlot,
     pub idem: IdemSettings,
     /// How long a rotated-out signing secret keeps signing (R-CP-9: 24 h).
     pub rotation_overlap_ms: i64,
@@ -116,12 +116,7 @@ pub struct Control {
     pub changes: tokio::sync::watch::Sender<u64>,
 }
 
-/// An engine's subscription index in the same process as this control plane.
-#[async_trait::async_trait]
-pub trait LocalIndex: Send + Sync + std::fmt::Debug {
-    /// Returns once every change written so far is in the index (or catching up failed).
-    async fn caught_up(&self);
-}
+pub use hub_core::in_process::LocalIndex;
 
 impl Control {
     /// Creates `sub`, then waits for the local index.

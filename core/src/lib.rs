@@ -4,15 +4,20 @@
 //! SQS, EventBridge; shared by deliveries and probes), the CQL plumbing (`cql`) and the embedded
 //! stores' redb handle (`redb_handle`).
 
+pub mod auth;
+pub mod catalog;
+pub mod control_store;
 pub mod cql;
 pub mod destination;
 pub mod error;
+pub mod in_process;
 pub mod json;
 pub mod listener;
 pub mod model;
 pub mod outcomes;
 pub mod ownership;
 pub mod partners;
+pub mod reader;
 pub mod record;
 pub mod redb_handle;
 pub mod secrets;

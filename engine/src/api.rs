@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use hub_control::auth::TokenVerifier;
+use hub_core::auth::TokenVerifier;
 use hub_core::error::ApiError;
 
 use crate::ingest::http::{ingest, HttpIngest};

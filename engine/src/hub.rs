@@ -8,9 +8,13 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::Context;
+use hub_core::auth::TokenVerifier;
+use hub_core::catalog::Catalog;
+use hub_core::in_process::{LocalIndexSlot, ReaderSlot};
 
 use crate::api::{router, ApiState};
 use crate::config::{HubConfig, StoreKind};
+use crate::delivery::control_link::ControlLink;
 use crate::delivery::start::{Delivery, ShardLane as DeliveryLane};
 use crate::ingest::assignment::Assignment;
 use crate::ingest::http::HttpIngest;
@@ -27,7 +31,7 @@ use crate::store::Store;
 use crate::verdict::{VerdictCounters, VerdictLimits};
 
 /// The CQL store's settings from the hub's configuration.
-pub(crate) fn cql_settings(config: &HubConfig) -> CqlSettings {
+pub fn cql_settings(config: &HubConfig) -> CqlSettings {
     CqlSettings {
         nodes: config.cql_node_list(),
         access: config.cql_access.clone(),
@@ -65,8 +69,30 @@ fn open_store(config: &HubConfig, tokio: &tokio::runtime::Runtime) -> anyhow::Re
     }
 }
 
-/// Runs the standalone hub on the configured store until SIGINT or SIGTERM.
-pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
+/// The control plane a standalone hub serves in its own process, as the engine takes it: what
+/// delivery needs of it, its routes (all of `/v1` over REST, GraphQL and gRPC) for the shared
+/// listener, and the places where it reads the engine back. The process that runs both builds it
+/// (the engine never depends on the control plane's crate).
+#[derive(Debug)]
+pub struct InProcessControl {
+    pub link: ControlLink,
+    pub routes: axum::Router,
+    /// Access Manager's tokens, checked on the engine's own routes too (ingest, admin).
+    pub verifier: Arc<TokenVerifier>,
+    /// The catalog of event keys the control plane serves, fed by what ingest observes.
+    pub catalog: Arc<Catalog>,
+    /// Where the control plane reads what the engine holds (pull, dead letters, health).
+    pub reader: ReaderSlot,
+    /// Where the control plane waits for the engine's index to have its writes.
+    pub local_index: LocalIndexSlot,
+}
+
+/// Runs the standalone hub on the configured store until SIGINT or SIGTERM, with the control
+/// plane `make_control` builds on the hub's tokio runtime once the store is open.
+pub fn run_standalone(
+    config: HubConfig,
+    make_control: impl FnOnce(&tokio::runtime::Runtime) -> anyhow::Result<InProcessControl>,
+) -> anyhow::Result<()> {
     let tokio = build_tokio_runtime(2)?;
     let stopped = stop_signal(&tokio);
     let (store, cql) = open_store(&config, &tokio)?;
@@ -87,37 +113,34 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
 
     // The control plane in-process (R-OP-1 standalone): REST /v1 on the same listener, its
     // embedded control store and generated key material in the same data directory.
-    let control_config = hub_control::config::ControlConfig::from_env(|k| std::env::var(k).ok())?;
-    let (control, catalog, operators, control_service) = {
-        let (control, verifier) = tokio.block_on(control_config.build(&config.data_dir))?;
-        let control_service = control.clone();
-        let operators = verifier.clone();
-        let in_process: Arc<dyn KeyObserver> = control.catalog.clone();
-        let catalog: Arc<dyn KeyObserver> = match config.store {
-            StoreKind::Embedded => in_process,
-            // Also for control planes in other processes, which read keys from the store.
-            StoreKind::Cql => Arc::new(Observers(vec![
-                in_process,
-                Arc::new(StoreKeyObserver {
-                    store: store.clone(),
-                    tokio: tokio.handle().clone(),
-                    seen: Arc::default(),
-                }),
-            ])),
-        };
-        (
-            hub_control::http::router(control, verifier),
-            catalog,
-            operators,
-            control_service,
-        )
+    let InProcessControl {
+        link,
+        routes: control,
+        verifier: operators,
+        catalog: in_process,
+        reader: control_reader,
+        local_index,
+    } = make_control(&tokio)?;
+    let link = Arc::new(link);
+    let in_process: Arc<dyn KeyObserver> = in_process;
+    let catalog: Arc<dyn KeyObserver> = match config.store {
+        StoreKind::Embedded => in_process,
+        // Also for control planes in other processes, which read keys from the store.
+        StoreKind::Cql => Arc::new(Observers(vec![
+            in_process,
+            Arc::new(StoreKeyObserver {
+                store: store.clone(),
+                tokio: tokio.handle().clone(),
+                seen: Arc::default(),
+            }),
+        ])),
     };
     let stop = Arc::new(AtomicBool::new(false));
     if let Some(cql) = cql {
         // Outcomes of subscriptions a control process elsewhere watches, through the store.
         tokio.spawn(crate::store::cql::relay::run_relay(
             cql,
-            control_service.outcomes.clone(),
+            link.outcomes.clone(),
             stop.clone(),
         ));
     }
@@ -126,14 +149,7 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         Duration::from_millis(config.retention_pass_ms),
         stop.clone(),
     ));
-    let delivery = Delivery::start(
-        &config,
-        &control_service,
-        shards,
-        &store,
-        &tokio,
-        stop.clone(),
-    )?;
+    let delivery = Delivery::start(&config, &link, shards, &store, &tokio, stop.clone())?;
     delivery.watch_backpressure(&store, &tokio);
     delivery.survey_strays(&store, &tokio);
     let reporter = crate::delivery::ownership_report::Reporter {
@@ -163,15 +179,13 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
             shards_done: shards_done.clone(),
         },
     });
-    let _ = control_service
-        .reader
-        .set(Arc::new(crate::reader::StoreReader {
-            store: store.clone(),
-            control: control_service.store.clone(),
-            autodisable: delivery.autodisable(),
-            keyring: control_service.keyring.clone(),
-            relay: None,
-        }));
+    let _ = control_reader.set(Arc::new(crate::reader::StoreReader {
+        store: store.clone(),
+        control: link.store.clone(),
+        autodisable: delivery.autodisable(),
+        keyring: link.keyring.clone(),
+        relay: None,
+    }));
     let http = Arc::new(HttpIngest {
         store: store.clone(),
         counters: http_counters,
@@ -182,14 +196,12 @@ pub fn run_standalone(config: HubConfig) -> anyhow::Result<()> {
         backpressure: delivery.backpressure.clone(),
     });
     if let Some(routing) = &delivery.routing {
-        let _ = control_service
-            .local_index
-            .set(Arc::new(crate::matching::follow::InProcess {
-                subs: routing.subs.clone(),
-                store: control_service.store.clone(),
-            }));
+        let _ = local_index.set(Arc::new(crate::matching::follow::InProcess {
+            subs: routing.subs.clone(),
+            store: link.store.clone(),
+        }));
     }
-    let _ = control_service
+    let _ = link
         .events
         .set(Arc::new(crate::delivery::hub_events::PipelineEvents {
             store: store.clone(),
@@ -504,9 +516,7 @@ fn start_kafka(
 
 /// SIGINT or SIGTERM. The handlers are installed when this is called, before the hub answers
 /// `/ready`, so a stop during start-up is a graceful stop too (not the default kill).
-pub(crate) fn stop_signal(
-    tokio: &tokio::runtime::Runtime,
-) -> impl std::future::Future<Output = ()> {
+pub fn stop_signal(tokio: &tokio::runtime::Runtime) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let term = {
         let _enter = tokio.enter();

@@ -14,7 +14,6 @@
 pub mod api;
 pub mod clock;
 pub mod config;
-pub mod control_process;
 pub mod delivery;
 pub mod fast_hash;
 pub mod hub;

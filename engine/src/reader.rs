@@ -1,4 +1,4 @@
-//! The engine's side of `hub_control::reader::DeliveryReader`: what its store holds about a
+//! The engine's side of `hub_core::reader::DeliveryReader`: what its store holds about a
 //! subscription — pull pages (R-CP-14), dead letters (R-DI-8, listed and replayed) and delivery
 //! health (R-CP-12) — as `hub_core::views`. The control plane checks the caller, the tenant and
 //! the page sizes first and serves the answers over REST, GraphQL and gRPC; the standalone hub
@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use hub_control::reader::DeliveryReader;
-use hub_control::store::ControlStore;
+use hub_core::control_store::ControlStore;
 use hub_core::error::ApiError;
 use hub_core::model::{rfc3339, Subscription, VerificationState};
+use hub_core::reader::DeliveryReader;
 use hub_core::views::{
     AttemptView, AutoDisableView, DeadLetterPage, DeadLetterView, EventPage, HealthView,
     PulledEvent,
@@ -21,8 +21,8 @@ use crate::delivery::ownership_report::PUBLISH_EVERY;
 use crate::delivery::pull::read_page;
 use crate::store::cql::CqlStore;
 use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, Store, StoredEvent};
-use hub_control::reader::no_engine;
 use hub_core::outcomes::Relayed;
+use hub_core::reader::no_engine;
 
 /// A reader over one engine store.
 #[derive(Debug, Clone)]
@@ -119,7 +119,7 @@ impl StoreReader {
         {
             return;
         }
-        let mark = hub_control::store::DeliveryMark::of(sub, true, now);
+        let mark = hub_core::control_store::DeliveryMark::of(sub, true, now);
         if let Err(e) = self.control.mark_deliveries(vec![mark]).await {
             tracing::debug!(error = %e, "last_success_at not recorded");
         }
@@ -184,7 +184,7 @@ impl DeliveryReader for StoreReader {
 
     async fn ready(&self) -> Result<(), String> {
         self.store
-            .delivery_stats(hub_control::ops::PROBE_TENANT, uuid::Uuid::nil())
+            .delivery_stats(hub_core::control_store::PROBE_TENANT, uuid::Uuid::nil())
             .await
             .map(drop)
             .map_err(|e| e.to_string())

@@ -93,7 +93,7 @@ impl Readiness {
         let read = tokio::time::timeout(
             STORE_WITHIN,
             self.store
-                .delivery_stats(hub_control::ops::PROBE_TENANT, uuid::Uuid::nil()),
+                .delivery_stats(hub_core::control_store::PROBE_TENANT, uuid::Uuid::nil()),
         )
         .await;
         match read {

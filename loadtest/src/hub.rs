@@ -93,7 +93,7 @@ impl Hub {
         }
         let child = cmd.spawn().map_err(|e| {
             anyhow::anyhow!(
-                "cannot start the hub at {}: {e} (build it: cargo build --release -p hub-engine)",
+                "cannot start the hub at {}: {e} (build it: cargo build --release -p streaming-hub)",
                 spec.bin.display()
             )
         })?;

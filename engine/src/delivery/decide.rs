@@ -121,7 +121,7 @@ pub fn after_attempt(
 mod tests {
     use super::*;
     use crate::delivery::breaker::BreakerConfig;
-    use hub_control::store::conformance::subscription;
+    use hub_core::control_store::conformance::subscription;
     use rand::SeedableRng;
     use uuid::Uuid;
 

@@ -9,7 +9,7 @@ mod publisher;
 
 use std::sync::Arc;
 
-use hub_control::probe::HubEvents;
+use hub_core::in_process::HubEvents;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::ClientConfig;
 use uuid::Uuid;

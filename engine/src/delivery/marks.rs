@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use hub_control::store::{ControlStore, DeliveryMark};
+use hub_core::control_store::{ControlStore, DeliveryMark};
 use hub_core::model::Subscription;
 use uuid::Uuid;
 
@@ -90,7 +90,7 @@ async fn write_marks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hub_control::store::conformance::subscription;
+    use hub_core::control_store::conformance::subscription;
 
     fn marked(sub: &Subscription, success: bool, at_ms: i64) -> Subscription {
         DeliveryMark::of(sub, success, at_ms).applied_to(sub)
@@ -100,7 +100,7 @@ mod tests {
     /// the task ends once every sender is gone.
     #[tokio::test]
     async fn r_cp_2_marks_handed_over_together_are_written_together() {
-        use hub_control::store::embedded::EmbeddedControlStore;
+        use hub_core::control_store::embedded::EmbeddedControlStore;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("control.redb");
         let store: Arc<dyn ControlStore> =

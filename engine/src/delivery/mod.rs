@@ -21,6 +21,7 @@
 pub mod autodisable;
 pub mod backpressure;
 pub mod breaker;
+pub mod control_link;
 pub mod decide;
 pub mod fairness;
 pub mod hub_events;

@@ -145,7 +145,7 @@ mod tests {
     }
 
     fn pull_sub(types: &[&str]) -> Subscription {
-        let mut s = hub_control::store::conformance::subscription("t", "p");
+        let mut s = hub_core::control_store::conformance::subscription("t", "p");
         s.sink_kind = SinkKind::Pull;
         s.event_types = types.iter().map(|t| (*t).to_owned()).collect();
         s

@@ -6,10 +6,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hub_control::service::Control;
-
 use super::autodisable::Policy;
 use super::backpressure::Backpressure;
+use super::control_link::ControlLink;
 use super::lane::{DeliveryCounters, DeliveryLane, LaneConfig, LEASE_AHEAD};
 use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
@@ -34,7 +33,7 @@ pub struct Delivery {
     wakes: Vec<async_channel::Receiver<()>>,
     handoffs: Vec<async_channel::Receiver<Handoff>>,
     shards: usize,
-    control: Arc<Control>,
+    control: Arc<ControlLink>,
     marks: super::marks::MarkWriter,
     /// The task writing what `marks` gathers; it ends once every lane's writer is gone.
     marks_written: tokio::task::JoinHandle<()>,
@@ -50,7 +49,7 @@ impl Delivery {
     /// Starts following subscriptions and prepares one lane per shard.
     pub fn start(
         config: &HubConfig,
-        control: &Arc<Control>,
+        control: &Arc<ControlLink>,
         shards: usize,
         store: &Arc<dyn Store>,
         tokio: &tokio::runtime::Runtime,
@@ -96,7 +95,11 @@ impl Delivery {
         if let Some(url) = &config.control_url {
             tokio.spawn(listen_for_changes(url.clone(), pushed, stop.clone()));
         }
-        tokio.spawn(auto_probe(subs.clone(), control.clone(), stop.clone()));
+        tokio.spawn(auto_probe(
+            subs.clone(),
+            control.prober.clone(),
+            stop.clone(),
+        ));
         let (marks, writing_marks) = super::marks::MarkWriter::new(control.store.clone());
         let marks_written = tokio.spawn(writing_marks);
         let (senders, wakes): (Vec<_>, Vec<_>) = (0..shards.max(1))
@@ -224,7 +227,11 @@ impl Delivery {
 /// back the others' probes.
 const PROBES_AT_ONCE: usize = 16;
 
-async fn auto_probe(subs: Arc<Subscriptions>, control: Arc<Control>, stop: Arc<AtomicBool>) {
+async fn auto_probe(
+    subs: Arc<Subscriptions>,
+    prober: Arc<dyn hub_core::in_process::AutoProbe>,
+    stop: Arc<AtomicBool>,
+) {
     use futures::StreamExt;
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
         let now = crate::clock::now_ms();
@@ -232,8 +239,8 @@ async fn auto_probe(subs: Arc<Subscriptions>, control: Arc<Control>, stop: Arc<A
             .all()
             .into_iter()
             .map(|sub| {
-                let control = control.clone();
-                async move { control.auto_probe(&sub, now).await }
+                let prober = prober.clone();
+                async move { prober.auto_probe(&sub, now).await }
             })
             .collect();
         futures::stream::iter(probes)

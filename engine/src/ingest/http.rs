@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use hub_control::auth::TokenVerifier;
+use hub_core::auth::TokenVerifier;
 use hub_core::error::{ApiError, ErrorCode};
 
 use super::jobs::JobRouting;

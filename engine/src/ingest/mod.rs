@@ -155,7 +155,7 @@ pub trait KeyObserver: Send + Sync + std::fmt::Debug {
     fn observe(&self, keys: &[EventKey<'_>]);
 }
 
-impl KeyObserver for hub_control::catalog::Catalog {
+impl KeyObserver for hub_core::catalog::Catalog {
     fn observe(&self, keys: &[EventKey<'_>]) {
         self.observe_all(keys.iter().copied());
     }
@@ -178,7 +178,7 @@ impl KeyObserver for StoreKeyObserver {
                 .map(|(k, o, m)| ((*k).to_owned(), (*o).to_owned(), *m))
                 // Bounded as the catalog is: keys past its limit are not recorded either.
                 .filter(|k| {
-                    seen.len() < hub_control::catalog::OBSERVED_KEY_LIMIT && seen.insert(k.clone())
+                    seen.len() < hub_core::catalog::OBSERVED_KEY_LIMIT && seen.insert(k.clone())
                 })
                 .collect(),
             Err(_) => return,

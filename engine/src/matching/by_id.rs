@@ -58,7 +58,7 @@ impl ById {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hub_control::store::conformance::subscription;
+    use hub_core::control_store::conformance::subscription;
 
     /// A clone taken before a write keeps what it saw; the write copies only its share.
     #[test]

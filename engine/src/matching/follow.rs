@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use hub_control::store::{ControlStore, ControlStoreError};
+use hub_core::control_store::{ControlStore, ControlStoreError};
 use hub_core::model::Subscription;
 use uuid::Uuid;
 
@@ -340,7 +340,7 @@ pub struct InProcess {
 }
 
 #[async_trait::async_trait]
-impl hub_control::service::LocalIndex for InProcess {
+impl hub_core::in_process::LocalIndex for InProcess {
     async fn caught_up(&self) {
         if let Err(e) = self.subs.catch_up(&*self.store).await {
             tracing::warn!(error = %e, "reading subscription changes failed; the follower retries");
@@ -415,8 +415,8 @@ pub async fn listen_for_changes(
 mod tests {
     use super::*;
     use crate::matching::EventFacts;
-    use hub_control::store::conformance::subscription;
-    use hub_control::store::embedded::EmbeddedControlStore;
+    use hub_core::control_store::conformance::subscription;
+    use hub_core::control_store::embedded::EmbeddedControlStore;
     use hub_core::model::VerificationState;
 
     fn active(tenant: &str, name: &str) -> Subscription {
@@ -472,7 +472,7 @@ mod tests {
             &self,
             revision: u64,
             limit: usize,
-        ) -> Result<Vec<hub_control::store::Change>, ControlStoreError> {
+        ) -> Result<Vec<hub_core::control_store::Change>, ControlStoreError> {
             self.inner.changes_since(revision, limit).await
         }
         async fn idem_begin(
@@ -480,8 +480,8 @@ mod tests {
             t: &str,
             k: &str,
             f: [u8; 32],
-            times: hub_control::store::IdemTimes,
-        ) -> Result<hub_control::store::IdemBegin, ControlStoreError> {
+            times: hub_core::control_store::IdemTimes,
+        ) -> Result<hub_core::control_store::IdemBegin, ControlStoreError> {
             self.inner.idem_begin(t, k, f, times).await
         }
         async fn idem_finish(
@@ -489,7 +489,7 @@ mod tests {
             t: &str,
             k: &str,
             f: [u8; 32],
-            r: hub_control::store::StoredResponse,
+            r: hub_core::control_store::StoredResponse,
             now_ms: i64,
         ) -> Result<(), ControlStoreError> {
             self.inner.idem_finish(t, k, f, r, now_ms).await

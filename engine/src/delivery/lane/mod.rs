@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::control_link::ControlLink;
 use bytes::Bytes;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
-use hub_control::service::Control;
 use hub_core::model::SinkKind;
 use hub_core::model::Subscription;
 use hub_core::secrets::Keyring;
@@ -127,7 +127,7 @@ pub struct DeliveryLane {
     pub sinks: Sinks,
     pub keyring: Arc<Keyring>,
     /// The control plane: its store (auto-disable writes there) and the hub's event emitter.
-    pub control: Arc<Control>,
+    pub control: Arc<ControlLink>,
     /// Where attempts' outcomes go to the subscriptions' timestamps (R-CP-2).
     pub marks: super::marks::MarkWriter,
     pub counters: Arc<DeliveryCounters>,

@@ -92,7 +92,7 @@ impl DeliveryLane {
         }
         .emit(now);
         if lane.marks.due(&f.sub, outcome.success, now) {
-            let mark = hub_control::store::DeliveryMark::of(&f.sub, outcome.success, now);
+            let mark = hub_core::control_store::DeliveryMark::of(&f.sub, outcome.success, now);
             self.marks.send(mark);
         }
         let settled = after_attempt(
@@ -183,7 +183,7 @@ impl DeliveryLane {
                         }
                         return;
                     }
-                    Err(hub_control::store::ControlStoreError::Conflict) => continue,
+                    Err(hub_core::control_store::ControlStoreError::Conflict) => continue,
                     Err(e) => {
                         tracing::warn!(error = %e, tenant, subscription = %id, "recording auto-disable failed");
                         return;

@@ -3,11 +3,11 @@
 //! store (the standalone hub, or `hub-control serve` on CQL) it hands the control plane a reader
 //! over it. A control process without one answers `served_by_the_engine`.
 
-use hub_core::error::{ApiError, ErrorCode};
-use hub_core::model::Subscription;
-use hub_core::outcomes::Relayed;
-use hub_core::ownership::OwnershipView;
-use hub_core::views::{DeadLetterPage, EventPage, HealthView};
+use crate::error::{ApiError, ErrorCode};
+use crate::model::Subscription;
+use crate::outcomes::Relayed;
+use crate::ownership::OwnershipView;
+use crate::views::{DeadLetterPage, EventPage, HealthView};
 
 /// The engine's answers. The caller (`Control`, in `deliveries.rs`) has already checked the
 /// token, the permission, the tenant, the sink kind of a pull and the page sizes.

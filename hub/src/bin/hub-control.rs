@@ -1,4 +1,4 @@
-//! `hub-control`: the control plane as its own process (`serve`: `hub_engine::control_process`),
+//! `hub-control`: the control plane as its own process (`serve`: `streaming_hub::control_process`),
 //! and `token`, which mints an Access Manager-shaped token for local use with a standalone hub
 //! (same data directory) or a deployment sharing `STREAMING_HUB_JWT_HS256_SECRET`.
 
@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
     match cli.command {
-        Command::Serve { addr } => hub_engine::control_process::run(&cli.data_dir, addr)?,
+        Command::Serve { addr } => streaming_hub::control_process::run(&cli.data_dir, addr)?,
         Command::Token {
             tenant,
             permissions,

@@ -9,7 +9,7 @@ use std::sync::RwLock;
 use serde::Deserialize;
 use serde_json::json;
 
-use hub_core::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorCode};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

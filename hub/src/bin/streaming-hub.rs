@@ -16,5 +16,8 @@ fn main() -> anyhow::Result<()> {
         _ => anyhow::bail!("usage: streaming-hub [--config <file.toml>]"),
     };
     let config = HubConfig::load(file.as_deref())?;
-    hub_engine::hub::run_standalone(config)
+    let data_dir = config.data_dir.clone();
+    hub_engine::hub::run_standalone(config, |tokio| {
+        streaming_hub::standalone::control_in_process(tokio, &data_dir)
+    })
 }

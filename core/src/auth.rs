@@ -12,7 +12,7 @@ use jsonwebtoken::{
 };
 use serde::{Deserialize, Serialize};
 
-use hub_core::error::ApiError;
+use crate::error::ApiError;
 
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,8 +281,12 @@ fn key_set(doc: &[u8]) -> anyhow::Result<HashMap<String, DecodingKey>> {
     Ok(keys)
 }
 
+/// The wall clock in Unix seconds: a token's times are checked against it.
+#[allow(clippy::disallowed_methods)] // the sanctioned clock read of token checks
 fn now_s() -> u64 {
-    u64::try_from(crate::config::now_ms() / 1000).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Why a token failed, without echoing any of it.
@@ -357,8 +361,25 @@ fn mint_hs256_claims(
     )?)
 }
 
+/// Test helpers other crates' tests use too.
+#[cfg(any(test, feature = "conformance"))]
+pub mod testing {
+    /// A JWKS document of RSA keys `(kid, base64url modulus)`, exponent AQAB.
+    pub fn jwks(keys: &[(&str, &str)]) -> Vec<u8> {
+        let keys: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|(kid, n)| {
+                serde_json::json!({"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
+                    "n": n.trim(), "e": "AQAB"})
+            })
+            .collect();
+        serde_json::to_vec(&serde_json::json!({ "keys": keys })).expect("json")
+    }
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
+    use super::testing::jwks;
     use super::*;
 
     const SECRET: &[u8] = b"test-secret-test-secret-test-secret";
@@ -464,17 +485,6 @@ pub(crate) mod tests {
     }
 
     /// A JWKS document of RS256 keys `(kid, modulus)`.
-    pub(crate) fn jwks(keys: &[(&str, &str)]) -> Vec<u8> {
-        let keys: Vec<serde_json::Value> = keys
-            .iter()
-            .map(|(kid, n)| {
-                serde_json::json!({"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
-                    "n": n.trim(), "e": "AQAB"})
-            })
-            .collect();
-        serde_json::to_vec(&serde_json::json!({ "keys": keys })).expect("json")
-    }
-
     #[test]
     fn r_cp_1_a_key_set_selects_by_kid_and_follows_a_rotation() {
         let (k1, n1) = (

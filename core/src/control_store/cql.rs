@@ -12,7 +12,7 @@ use scylla::value::CqlValue;
 use uuid::Uuid;
 
 use super::*;
-use hub_core::cql::LwtAnswer;
+use crate::cql::LwtAnswer;
 
 const SCHEMA: &str = include_str!("../../../schema/cql/control.cql");
 const SUB: i8 = 0;
@@ -32,11 +32,11 @@ fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, ControlStoreErr
 }
 
 fn encode_sub(sub: &Subscription) -> Result<Vec<u8>, ControlStoreError> {
-    hub_core::record::encode(sub).map_err(unavailable)
+    crate::record::encode(sub).map_err(unavailable)
 }
 
 fn decode_sub(b: &[u8]) -> Result<Subscription, ControlStoreError> {
-    hub_core::record::decode(b).map_err(unavailable)
+    crate::record::decode(b).map_err(unavailable)
 }
 
 fn lwt(result: QueryResult) -> Result<LwtAnswer, ControlStoreError> {
@@ -101,12 +101,12 @@ async fn prepare(
 impl CqlControlStore {
     /// Connects, creates the keyspace (with `replication`) and tables if missing.
     pub async fn connect(
-        (nodes, access): (&[String], &hub_core::cql::CqlAccess),
+        (nodes, access): (&[String], &crate::cql::CqlAccess),
         keyspace: &str,
         replication: &str,
         idem_retention_s: u32,
     ) -> Result<Self, ControlStoreError> {
-        let session = hub_core::cql::open(nodes, access, keyspace, replication, SCHEMA)
+        let session = crate::cql::open(nodes, access, keyspace, replication, SCHEMA)
             .await
             .map_err(ControlStoreError::Unavailable)?;
         let s = &session;
@@ -145,7 +145,7 @@ impl CqlControlStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
-        hub_core::cql::first_row(&self.session, stmt, values)
+        crate::cql::first_row(&self.session, stmt, values)
             .await
             .map_err(ControlStoreError::Unavailable)
     }

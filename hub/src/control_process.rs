@@ -5,8 +5,8 @@
 //! deliver. `/health`, `/ready` and `/metrics` say how its stores answer; SIGTERM or SIGINT stop
 //! it, open streams cut after a grace.
 //!
-//! It lives in the engine crate because reading the engine's store takes the engine's store code;
-//! it runs no shards, lanes or consumers.
+//! It lives beside the standalone binary, above engine and control plane, because reading the
+//! engines' store takes the engine's store code; it runs no shards, lanes or consumers.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,24 +18,24 @@ use anyhow::Context;
 use hub_control::config::ControlConfig;
 use hub_control::service::Control;
 
-use crate::config::{HubConfig, StoreKind};
-use crate::delivery::hub_events::{hub_producer, PipelineEvents};
-use crate::reader::StoreReader;
-use crate::store::cql::CqlStore;
-use crate::store::Store;
+use hub_engine::config::{HubConfig, StoreKind};
+use hub_engine::delivery::hub_events::{hub_producer, PipelineEvents};
+use hub_engine::reader::StoreReader;
+use hub_engine::store::cql::CqlStore;
+use hub_engine::store::Store;
 
 /// How long open connections (streams) may take to end after a stop signal.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves the control plane on `addr` until SIGTERM or SIGINT.
 pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
-    let tokio = crate::runtime::build_tokio_runtime(2)?;
-    let stopped = crate::hub::stop_signal(&tokio);
+    let tokio = hub_engine::runtime::build_tokio_runtime(2)?;
+    let stopped = hub_engine::hub::stop_signal(&tokio);
     tokio.block_on(async move {
         let config = ControlConfig::from_env(|k| std::env::var(k).ok())?;
         let hub = HubConfig::load(None)?;
         let (control, verifier) = config.build(data_dir).await?;
-        let known = crate::matching::follow::Subscriptions::default();
+        let known = hub_engine::matching::follow::Subscriptions::default();
         known
             .catch_up(&*control.store)
             .await
@@ -79,7 +79,7 @@ pub fn run(data_dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
 /// Opens the engines' CQL store for the control plane: its reader, and hub events.
 async fn attach_engine_store(control: &Control, hub: &HubConfig) -> anyhow::Result<()> {
     let cql = Arc::new(
-        CqlStore::connect(crate::hub::cql_settings(hub))
+        CqlStore::connect(hub_engine::hub::cql_settings(hub))
             .await
             .with_context(|| format!("connecting to the engines' store at {}", hub.cql_nodes))?,
     );
@@ -87,7 +87,7 @@ async fn attach_engine_store(control: &Control, hub: &HubConfig) -> anyhow::Resu
     let _ = control.reader.set(Arc::new(StoreReader {
         store: store.clone(),
         control: control.store.clone(),
-        autodisable: crate::delivery::start::autodisable_policy(hub),
+        autodisable: hub_engine::delivery::start::autodisable_policy(hub),
         keyring: control.keyring.clone(),
         relay: Some(cql),
     }));

@@ -11,7 +11,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use hub_core::model::Subscription;
+use crate::model::Subscription;
+
+/// The tenant a readiness read asks about: no tenant has this name (tenant ids are producers'
+/// `ce-tenantid`s), and CQL refuses an empty partition key.
+pub const PROBE_TENANT: &str = "_readiness";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlStoreError {

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::redb_handle::{DbHandle, StorageFailure};
 use async_trait::async_trait;
-use hub_core::redb_handle::{DbHandle, StorageFailure};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -24,7 +24,7 @@ const IDEM: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("idempot
 
 #[derive(Clone)]
 pub struct EmbeddedControlStore {
-    /// Reopened after a failed write (a full disk): see `hub_core::redb_handle`.
+    /// Reopened after a failed write (a full disk): see `crate::redb_handle`.
     db: Arc<DbHandle>,
 }
 
@@ -65,11 +65,11 @@ fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, ControlStoreError> {
 }
 
 fn encode_sub(sub: &Subscription) -> Result<Vec<u8>, ControlStoreError> {
-    hub_core::record::encode(sub).map_err(unavailable)
+    crate::record::encode(sub).map_err(unavailable)
 }
 
 fn decode_sub(b: &[u8]) -> Result<Subscription, ControlStoreError> {
-    hub_core::record::decode(b).map_err(unavailable)
+    crate::record::decode(b).map_err(unavailable)
 }
 
 impl EmbeddedControlStore {
@@ -405,7 +405,7 @@ mod tests {
     async fn r_cp_13_embedded_control_store_passes_the_conformance_suite() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = EmbeddedControlStore::open(&dir.path().join("control.redb")).expect("open");
-        crate::store::conformance::run_all(Arc::new(store), "embedded").await;
+        crate::control_store::conformance::run_all(Arc::new(store), "embedded").await;
     }
 
     /// Issue 19's full disk, R-CP-13: a change that finds no space fails whole and says why;
@@ -413,8 +413,8 @@ mod tests {
     /// acknowledged, and takes new ones.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn r_cp_13_a_full_disk_fails_changes_whole_and_the_store_resumes_when_space_is_freed() {
-        use crate::store::conformance::subscription;
-        use hub_core::redb_handle::testing::{fill, Tmpfs};
+        use crate::control_store::conformance::subscription;
+        use crate::redb_handle::testing::{fill, Tmpfs};
 
         let dir = tempfile::tempdir().expect("tempdir");
         let _tmpfs = Tmpfs::mount(dir.path(), 8);

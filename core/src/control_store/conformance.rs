@@ -7,7 +7,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::*;
-use hub_core::model::{SinkKind, VerificationState};
+use crate::model::{SinkKind, VerificationState};
 
 pub fn subscription(tenant: &str, name: &str) -> Subscription {
     Subscription {
