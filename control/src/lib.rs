@@ -3,6 +3,7 @@
 //! validation) → `model` / `destination` / `catalog` / `secrets` (pure checks and sealing) →
 //! `store` (subscriptions, revision log, idempotency records). REST, GraphQL (`graphql/`) and gRPC
 //! (`grpc/`) are the transports of one service; `reader` is the engine's window for what it holds.
+//! `auth`, `catalog`, `store` and `reader` live in `hub-core`, beneath the engine too.
 
 // The merged GraphQL roots nest their resolvers' futures deeper than the default limit allows.
 #![recursion_limit = "256"]

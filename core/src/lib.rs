@@ -1,8 +1,10 @@
 //! Streaming Hub core: what the engine and the control plane both need, beneath both — the
 //! subscription model (`model`), the error vocabulary (`error`), sealed secrets (`secrets`), the
 //! destination rules (`destination`, R-SEC-2 / R-SK-2), every sink (`sink`: webhook, RabbitMQ,
-//! SQS, EventBridge; shared by deliveries and probes), the CQL plumbing (`cql`) and the embedded
-//! stores' redb handle (`redb_handle`).
+//! SQS, EventBridge; shared by deliveries and probes), the CQL plumbing (`cql`), the embedded
+//! stores' redb handle (`redb_handle`), Access Manager's tokens (`auth`), the catalog, the control
+//! store engines follow (`control_store`), and what a control plane reads of an engine
+//! (`reader`, `in_process`).
 
 pub mod auth;
 pub mod catalog;
