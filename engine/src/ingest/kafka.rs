@@ -77,6 +77,9 @@ pub struct HubContext {
     /// Set when an offset commit failed (reported later, for an asynchronous one): the
     /// committer sends every durable position again.
     commit_failed: AtomicBool,
+    /// Partitions whose committed position stands still while records wait (the ingest
+    /// consumer's; said in the log).
+    stalls: Option<super::kafka_stall::StallWatch>,
 }
 
 impl rdkafka::client::ClientContext for HubContext {
@@ -88,9 +91,13 @@ impl rdkafka::client::ClientContext for HubContext {
         }
     }
 
-    /// Every `statistics.interval.ms`: the consumer lag per partition, for `/metrics`.
+    /// Every `statistics.interval.ms`: the consumer lag per partition, for `/metrics`, and
+    /// partitions that stopped making progress.
     fn stats(&self, statistics: rdkafka::Statistics) {
         crate::telemetry::kafka_statistics(&statistics);
+        if let Some(stalls) = &self.stalls {
+            stalls.observe(&statistics, crate::clock::now_ms());
+        }
     }
 }
 
@@ -238,6 +245,8 @@ pub fn consumer(
             settings.session_timeout_ms.to_string(),
         );
     let consumer: Arc<HubConsumer> = Arc::new(config.create_with_context(HubContext {
+        // The ingest consumer's (the one that keeps an assignment), not the DLQ observer's.
+        stalls: assignment.as_ref().map(|_| Default::default()),
         assignment,
         feed,
         commit_failed: AtomicBool::new(false),

@@ -8,6 +8,7 @@ pub mod http;
 pub mod jobs;
 pub mod kafka;
 pub mod kafka_security;
+pub mod kafka_stall;
 pub mod kafka_topics;
 pub mod partition_feed;
 mod record;

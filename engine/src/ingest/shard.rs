@@ -165,7 +165,9 @@ impl ShardIngest {
                     // Queued before a revocation: the partition's new owner replays these
                     // records from the last commit. Claiming would fence that owner out, and
                     // writing under the old claim would race its replay.
-                    tracing::debug!(
+                    // Said at info: rare (a rebalance), and records this member leaves behind
+                    // are what an operator looks for when a partition's lag stands still.
+                    tracing::info!(
                         topic = unit.topic,
                         partition = unit.partition,
                         records,

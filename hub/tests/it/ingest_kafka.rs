@@ -307,7 +307,19 @@ async fn kill_9_three_times(backend: Backend) {
     }
     let engine = on_source(dir.path(), &group, port, backend, &source);
     engine.wait_ready().await;
-    wait_caught_up(&topic, &group, Duration::from_secs(300)).await;
+    if let Err(state) = caught_up_within(&topic, &group, Duration::from_secs(300)).await {
+        // Which side stalled: the store's durable offsets beside the group's commits (a CQL
+        // store can be read beside the running engine; the engine's log shows as it drops).
+        let mut durable = Vec::new();
+        if matches!(backend, Backend::Cql) {
+            let store = backend.open(dir.path()).await;
+            for (p, ..) in &state {
+                let unit = UnitId::new(topic.clone(), *p);
+                durable.push((*p, store.unit_offset(&unit).await.expect("offset")));
+            }
+        }
+        panic!("engine did not catch up in 300 s: committed {state:?}, durable {durable:?}");
+    }
     engine.stop();
     let store = backend.open(dir.path()).await;
     assert_store_matches(&*store, &produced, &topic, &source).await;

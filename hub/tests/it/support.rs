@@ -120,11 +120,11 @@ impl Engine {
     ) -> Engine {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_streaming-hub"));
         backend.configure(&mut cmd);
-        // The engine's log (warnings and partition assignments; `HUB_TEST_ENGINE_LOG` sets
+        // The engine's log (warnings, and ingest's info: assignments, fenced or dropped units; `HUB_TEST_ENGINE_LOG` sets
         // another filter) goes to a file in its data directory, shown when the test fails; one
         // file per port, since engines of a scale-out test share the directory.
         let filter = std::env::var("HUB_TEST_ENGINE_LOG")
-            .unwrap_or_else(|_| "warn,hub_engine::ingest::kafka=info".into());
+            .unwrap_or_else(|_| "warn,hub_engine::ingest=info".into());
         cmd.env("STREAMING_HUB_LOG", filter);
         let log = data_dir.join(format!("engine-{port}.log"));
         let file = std::fs::OpenOptions::new()
@@ -565,6 +565,21 @@ fn try_offsets(
 
 /// Waits until `group` has committed every partition of `topic` up to its high watermark.
 pub async fn wait_caught_up(topic: &str, group: &str, limit: Duration) {
+    if let Err(state) = caught_up_within(topic, group, limit).await {
+        panic!("engine did not catch up in {limit:?}: {state:?}");
+    }
+}
+
+/// Each partition: `(partition, committed next offset, high watermark)`.
+pub type CommitState = Vec<(i32, Option<i64>, i64)>;
+
+/// Whether `group` committed every partition of `topic` up to its high watermark within
+/// `limit`; the last state read when it did not, for the caller to explain.
+pub async fn caught_up_within(
+    topic: &str,
+    group: &str,
+    limit: Duration,
+) -> Result<(), CommitState> {
     let deadline = Instant::now() + limit;
     loop {
         let (t, g) = (topic.to_owned(), group.to_owned());
@@ -572,12 +587,11 @@ pub async fn wait_caught_up(topic: &str, group: &str, limit: Duration) {
             .await
             .expect("offsets");
         if state.iter().all(|(_, c, high)| *c == Some(*high)) {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "engine did not catch up in {limit:?}: {state:?}"
-        );
+        if Instant::now() >= deadline {
+            return Err(state);
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
