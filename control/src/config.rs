@@ -309,13 +309,8 @@ impl ControlConfig {
     }
 }
 
-/// The wall clock in Unix ms: the control plane's one clock read.
-#[allow(clippy::disallowed_methods)] // the sanctioned clock read of this crate
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+/// The wall clock in Unix ms: the hub's one clock read.
+pub use hub_core::clock::now_ms;
 
 /// Reads a secret file, or creates it (mode 0600) with `make`.
 fn local_secret(

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod catalog;
+pub mod clock;
 pub mod control_store;
 pub mod cql;
 pub mod destination;

@@ -1,10 +1,4 @@
-//! The only place the engine reads the wall clock. Pure code takes `now` as an argument; I/O code
-//! asks here.
+//! The engine's clock is the hub's one read of the wall clock (`hub_core::clock`). Pure code takes
+//! `now` as an argument; I/O code asks here.
 
-/// Milliseconds since the Unix epoch.
-#[allow(clippy::disallowed_methods)] // the one sanctioned read of the wall clock
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use hub_core::clock::now_ms;

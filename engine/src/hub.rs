@@ -20,9 +20,8 @@ use crate::ingest::assignment::Assignment;
 use crate::ingest::http::HttpIngest;
 use crate::ingest::kafka::{consumer, run_ingest_consumer, ConsumerWork, KafkaSettings};
 use crate::ingest::partition_feed::{PartitionFeed, ShardQueues};
-use crate::ingest::shard::ShardIngest;
+use crate::ingest::shard::{ShardIngest, ShardRouting};
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
-use crate::matching::follow::LocalSubscriptions;
 use crate::readiness::{ComponentState, Readiness};
 use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
 use crate::store::choice::{embedded_format, open_embedded};
@@ -410,10 +409,7 @@ fn start_shards(
                         max_batch,
                         commits: commits.clone(),
                         observer: Some(observer.clone()),
-                        routing: lane.as_ref().map(|l| l.routing.clone()),
-                        subs: lane
-                            .as_ref()
-                            .map(|l| LocalSubscriptions::new(l.routing.subs.clone())),
+                        routing: lane.as_ref().map(|l| ShardRouting::new(l.routing.clone())),
                         assignment: assignment.clone(),
                     };
                     let started = shards_started.clone();

@@ -202,8 +202,6 @@ impl Delivery {
                         store: store.clone(),
                         bridge: bridge.clone(),
                         subs: LocalSubscriptions::new(routing.subs.clone()),
-                        sinks: self.control.sinks.clone(),
-                        keyring: self.control.keyring.clone(),
                         control: self.control.clone(),
                         marks: self.marks.clone(),
                         counters: self.counters.clone(),

@@ -52,7 +52,8 @@ impl StallWatch {
     /// Reads one statistics report; says each partition whose stall just passed the bound.
     pub fn observe(&self, stats: &rdkafka::Statistics, now_ms: i64) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let mut present = Vec::new();
+        // Only the partitions of this report are kept: one revoked since is forgotten.
+        let mut now_seen = HashMap::with_capacity(seen.len());
         for (topic, t) in &stats.topics {
             for (&partition, p) in t.partitions.iter().filter(|(n, _)| **n >= 0) {
                 let key = (topic.clone(), partition);
@@ -76,12 +77,10 @@ impl StallWatch {
                         "partition's committed position stands still while records wait"
                     );
                 }
-                seen.insert(key.clone(), standing);
-                present.push(key);
+                now_seen.insert(key, standing);
             }
         }
-        // Partitions no longer in the report (revoked) are forgotten.
-        seen.retain(|k, _| present.contains(k));
+        *seen = now_seen;
     }
 }
 

@@ -37,6 +37,30 @@ fn log_slow_pass(took: Duration, records: usize, units: usize, queued: usize) {
     }
 }
 
+/// Matching on a shard: the routing jobs are written with, and the shard's own copy of the
+/// subscriptions it matches against (STYLE §11: no lock shared across cores per batch).
+#[derive(Debug, Clone)]
+pub struct ShardRouting {
+    pub jobs: JobRouting,
+    subs: LocalSubscriptions,
+}
+
+impl ShardRouting {
+    pub fn new(jobs: JobRouting) -> Self {
+        Self {
+            subs: LocalSubscriptions::new(jobs.subs.clone()),
+            jobs,
+        }
+    }
+
+    /// Matches `batch`'s events of `unit` and names the unit's lane.
+    fn attach(&self, batch: &mut IngestBatch, unit: &UnitId) {
+        let lane = self.jobs.lane_of(&unit.topic, unit.partition);
+        self.subs
+            .with_index(|index| self.jobs.attach_with(batch, lane, index));
+    }
+}
+
 /// What a shard's ingest stage needs.
 #[derive(Debug, Clone)]
 pub struct ShardIngest {
@@ -50,9 +74,7 @@ pub struct ShardIngest {
     /// Told the events of every durable batch (the catalog), if any.
     pub observer: Option<Arc<dyn KeyObserver>>,
     /// Matching and the lanes: jobs are written with their events (R-DI-1).
-    pub routing: Option<JobRouting>,
-    /// This shard's own copy of the subscriptions `routing` matches with (STYLE §11).
-    pub subs: Option<LocalSubscriptions>,
+    pub routing: Option<ShardRouting>,
     /// The partitions this member holds: a unit is claimed only while its partition is held.
     pub assignment: Arc<Assignment>,
 }
@@ -150,9 +172,8 @@ impl ShardIngest {
         for r in recs {
             judge_into(&mut batch, r, source, &self.limits, &self.counters, now);
         }
-        if let (Some(r), Some(subs)) = (&self.routing, &self.subs) {
-            let lane = r.lane_of(&unit.topic, unit.partition);
-            subs.with_index(|index| r.attach_with(&mut batch, lane, index));
+        if let Some(r) = &self.routing {
+            r.attach(&mut batch, &unit);
         }
         let batch = Arc::new(batch);
         let mut backoff = Duration::from_millis(50);
@@ -263,7 +284,7 @@ impl ShardIngest {
             o.observe(&distinct_keys(&batch.events));
         }
         if let Some(r) = &self.routing {
-            r.written(batch, outcome);
+            r.jobs.written(batch, outcome);
         }
         if let Some(next) = batch.next_offset {
             // The receiver lives as long as the consumer thread; if it is gone the engine is

@@ -123,10 +123,8 @@ pub struct DeliveryLane {
     pub bridge: TokioBridge,
     /// This shard's own copy of the subscriptions, current as of the last snapshot published.
     pub subs: LocalSubscriptions,
-    /// Every push kind's client, shared with the control plane's probes.
-    pub sinks: Sinks,
-    pub keyring: Arc<Keyring>,
-    /// The control plane: its store (auto-disable writes there) and the hub's event emitter.
+    /// The control plane: its store (auto-disable writes there), the keys that open sealed
+    /// secrets, every push kind's client (shared with its probes), the hub's event emitter.
     pub control: Arc<ControlLink>,
     /// Where attempts' outcomes go to the subscriptions' timestamps (R-CP-2).
     pub marks: super::marks::MarkWriter,
@@ -206,7 +204,7 @@ impl DeliveryLane {
             tally: tally::LaneTally::since(crate::clock::now_ms()),
             shard_webhooks: self.config.webhooks_on_shard.then(|| {
                 std::rc::Rc::new(ShardWebhooks::new(
-                    self.sinks.webhook.clone(),
+                    self.control.sinks.webhook.clone(),
                     self.bridge.clone(),
                 ))
             }),

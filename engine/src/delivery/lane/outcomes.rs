@@ -22,7 +22,7 @@ impl DeliveryLane {
             return Box::pin(async move { (id, no_answer(), crate::clock::now_ms()) });
         };
         if let Some(webhooks) = lane.shard_webhooks_for(&sub) {
-            let keys = lane.signing_keys.keys(&self.keyring, &sub, now);
+            let keys = lane.signing_keys.keys(&self.control.keyring, &sub, now);
             return Box::pin(async move {
                 let begun = crate::clock::now_ms();
                 let event = event_out(&started.event);
@@ -36,8 +36,8 @@ impl DeliveryLane {
                 (id, outcome, begun)
             });
         }
-        let keyring = self.keyring.clone();
-        let sinks = self.sinks.clone();
+        let keyring = self.control.keyring.clone();
+        let sinks = self.control.sinks.clone();
         let reply = self.bridge.call(async move {
             let begun = crate::clock::now_ms();
             let outcome = attempt(&sinks, &keyring, &sub, &started.event, begun).await;
