@@ -50,6 +50,15 @@ pub struct HubConfig {
     /// Replication map for a new keyspace. Env `STREAMING_HUB_CQL_REPLICATION`.
     /// Default `{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}`.
     pub cql_replication: String,
+    /// On CQL, how long a Kafka partition's committed position may trail what is durable while
+    /// its records keep coming, in ms: a batch moves the unit's offset (one Paxos round) and
+    /// commits it to Kafka only when this long has passed since the unit's last move, and a
+    /// shard moves what is left this long after at the latest. What trails is written, not
+    /// lost: a crash replays it from the last commit, and dedup makes the replay a no-op. 0
+    /// moves it with every batch (issue 17: a Paxos round per batch of ~2 events at a steady
+    /// rate). The embedded store moves it with every batch at no cost. Env
+    /// `STREAMING_HUB_CQL_UNIT_ADVANCE_MS`. Default 200.
+    pub cql_unit_advance_ms: u32,
     /// How long accepted events (and dead letters) are kept, in seconds (R-OP-5). Env
     /// `STREAMING_HUB_RETENTION_S`. Default 7 days.
     pub retention_s: u32,
@@ -212,6 +221,7 @@ impl Default for HubConfig {
             cql_access: hub_core::cql::CqlAccess::default(),
             cql_keyspace: "streaming_hub".into(),
             cql_replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
+            cql_unit_advance_ms: 200,
             retention_s: 7 * 86_400,
             dedup_window_s: 7 * 86_400,
             forensics_retention_s: 30 * 86_400,
@@ -336,6 +346,9 @@ impl HubConfig {
         }
         if let Some((_, v)) = env("CQL_REPLICATION") {
             self.cql_replication = v;
+        }
+        if let Some((k, v)) = env("CQL_UNIT_ADVANCE_MS") {
+            self.cql_unit_advance_ms = parse(&k, v)?;
         }
         if let Some((k, v)) = env("RETENTION_S") {
             self.retention_s = parse(&k, v)?;

@@ -39,6 +39,7 @@ pub fn cql_settings(config: &HubConfig) -> CqlSettings {
         dedup_ttl_s: config.dedup_window_s,
         retention_ttl_s: config.retention_s,
         forensics_ttl_s: config.forensics_retention_s,
+        unit_advance_every: Duration::from_millis(u64::from(config.cql_unit_advance_ms)),
         ..CqlSettings::default()
     }
 }

@@ -14,6 +14,7 @@ pub mod partition_feed;
 mod record;
 pub mod router;
 pub mod shard;
+mod unit_advance;
 
 use crate::store::{
     InboxEvent, IngestBatch, QuarantineRecord, RawHeader, HEADER_VALUE_PREFIX,

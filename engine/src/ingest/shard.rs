@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::{select, Either};
 
@@ -15,6 +15,7 @@ use super::assignment::Assignment;
 use super::jobs::JobRouting;
 use super::kafka::Commit;
 use super::partition_feed::ShardQueues;
+use super::unit_advance::UnitAdvances;
 use super::{distinct_keys, judge_into, KeyObserver, RecordIn};
 use crate::matching::follow::LocalSubscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
@@ -89,37 +90,67 @@ impl ShardIngest {
         mut queues: Option<ShardQueues>,
     ) {
         let mut fences: HashMap<UnitId, Fence> = HashMap::new();
-        while let Some(pass) = self.next_pass(&records, queues.as_mut()).await {
+        let mut advances = UnitAdvances::new(self.store.unit_advance_every());
+        while let Some(pass) = self
+            .next_pass(&records, queues.as_mut(), advances.next_due())
+            .await
+        {
             crate::runtime::note_work();
-            let started = std::time::Instant::now();
-            let (count, units) = (pass.len(), group_by_unit(pass));
-            let unit_count = units.len();
-            let mut written = Vec::with_capacity(units.len());
-            for (unit, recs) in units {
-                let fence = fences.get(&unit).copied();
-                written.push(self.persist(unit, fence, recs));
-            }
-            for (unit, fence) in futures::future::join_all(written).await {
-                match fence {
-                    Some(f) => fences.insert(unit, f),
-                    None => fences.remove(&unit),
-                };
-            }
+            let started = Instant::now();
+            let count = pass.len();
+            let work = planned(group_by_unit(pass), &advances, started);
+            let unit_count = work.len();
+            self.write_all(work, &mut fences, &mut advances).await;
             log_slow_pass(started.elapsed(), count, unit_count, records.len());
         }
+        // A stop: move what trails, so the partitions' next owner replays none of it.
+        let trailing = moves_only(advances.due(Instant::now(), true)).collect();
+        self.write_all(trailing, &mut fences, &mut advances).await;
         if let Some(queues) = &mut queues {
             queues.close();
+        }
+    }
+
+    /// Writes each unit's batch of a pass, at once, and keeps what they leave: the fence of
+    /// each unit still ours, and where each unit's offset stands.
+    async fn write_all(
+        &self,
+        work: Vec<UnitWork>,
+        fences: &mut HashMap<UnitId, Fence>,
+        advances: &mut UnitAdvances,
+    ) {
+        let mut written = Vec::with_capacity(work.len());
+        for w in work {
+            let fence = fences.get(&w.unit).copied();
+            written.push(async move {
+                let (unit, fence) = self.persist(w.unit, fence, w.records, w.moves_to).await;
+                (unit, fence, w.next, w.moves_to.is_some())
+            });
+        }
+        let now = Instant::now();
+        for (unit, fence, next, moved) in futures::future::join_all(written).await {
+            match fence {
+                Some(f) => {
+                    fences.insert(unit.clone(), f);
+                    advances.written(&unit, next, moved, now);
+                }
+                None => {
+                    fences.remove(&unit);
+                    advances.forget(&unit);
+                }
+            };
         }
     }
 
     /// The next pass, at most `max_batch` records: those the consumer thread routed here first,
     /// then the shard's own partitions'. Waits while there are none; none once the consumer
     /// thread closed the channel (a stop: what the partitions' queues still hold is replayed by
-    /// their next owner).
+    /// their next owner). An empty pass at `deadline`, when a unit's trailing offset falls due.
     async fn next_pass(
         &self,
         records: &async_channel::Receiver<RecordIn>,
         mut queues: Option<&mut ShardQueues>,
+        deadline: Option<Instant>,
     ) -> Option<Vec<RecordIn>> {
         let mut pass = Vec::new();
         loop {
@@ -138,13 +169,28 @@ impl ShardIngest {
             if !pass.is_empty() {
                 return Some(pass);
             }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Some(pass);
+            }
             let routed = Box::pin(records.recv());
-            let next = match queues.as_deref() {
-                Some(q) => match select(routed, Box::pin(q.wait())).await {
-                    Either::Left((next, _)) => Some(next),
-                    Either::Right(_) => None,
-                },
-                None => Some(routed.await),
+            let arrival = async {
+                match queues.as_deref() {
+                    Some(q) => match select(routed, Box::pin(q.wait())).await {
+                        Either::Left((next, _)) => Some(next),
+                        Either::Right(_) => None,
+                    },
+                    None => Some(routed.await),
+                }
+            };
+            let due = async {
+                match deadline {
+                    Some(d) => shard_sleep(d.saturating_duration_since(Instant::now())).await,
+                    None => futures::future::pending().await,
+                }
+            };
+            let next = match select(Box::pin(arrival), Box::pin(due)).await {
+                Either::Left((next, _)) => next,
+                Either::Right(_) => return Some(pass),
             };
             match next {
                 Some(Ok(r)) => pass.push(r),
@@ -154,18 +200,19 @@ impl ShardIngest {
         }
     }
 
-    /// Persists one unit's records, retrying until durable; returns the fence to keep (or none
-    /// when another owner took the unit).
+    /// Persists one unit's records, and moves its offset to `moves_to` if any, retrying until
+    /// durable; returns the fence to keep (or none when another owner took the unit).
     async fn persist(
         &self,
         unit: UnitId,
         mut fence: Option<Fence>,
         recs: Vec<RecordIn>,
+        moves_to: Option<i64>,
     ) -> (UnitId, Option<Fence>) {
         let now = crate::clock::now_ms();
         let source = topic_source(&unit.topic).unwrap_or("");
         let mut batch = IngestBatch {
-            next_offset: recs.iter().map(|r| r.offset + 1).max(),
+            next_offset: moves_to,
             ..IngestBatch::default()
         };
         let records = recs.len();
@@ -325,6 +372,54 @@ enum Try {
     Fenced,
     ClaimFailed(StoreError),
     WriteFailed(StoreError),
+}
+
+/// One unit's share of a pass: its records (none when only its offset moves), where they end,
+/// and where its offset moves.
+struct UnitWork {
+    unit: UnitId,
+    records: Vec<RecordIn>,
+    next: Option<i64>,
+    moves_to: Option<i64>,
+}
+
+/// A pass's writes at `now`: each unit's records, moving its offset if due, and an empty batch
+/// for each other unit whose trailing offset is due.
+fn planned(
+    units: Vec<(UnitId, Vec<RecordIn>)>,
+    advances: &UnitAdvances,
+    now: Instant,
+) -> Vec<UnitWork> {
+    let mut work: Vec<UnitWork> = units
+        .into_iter()
+        .map(|(unit, records)| {
+            let next = records.iter().map(|r| r.offset + 1).max();
+            let moves_to = advances.move_for(&unit, next, now);
+            UnitWork {
+                unit,
+                records,
+                next,
+                moves_to,
+            }
+        })
+        .collect();
+    let trailing: Vec<(UnitId, i64)> = advances
+        .due(now, false)
+        .into_iter()
+        .filter(|(u, _)| !work.iter().any(|w| w.unit == *u))
+        .collect();
+    work.extend(moves_only(trailing));
+    work
+}
+
+/// Empty batches that only move their unit's trailing offset.
+fn moves_only(trailing: Vec<(UnitId, i64)>) -> impl Iterator<Item = UnitWork> {
+    trailing.into_iter().map(|(unit, at)| UnitWork {
+        unit,
+        records: Vec::new(),
+        next: Some(at),
+        moves_to: Some(at),
+    })
 }
 
 /// Splits a pass into per-unit record lists, keeping each unit's record order.

@@ -45,6 +45,16 @@ pub trait Ingest: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// How long a unit's offset may trail its durable batches while the unit's records keep
+    /// coming, when moving it costs the store a round of its own (CQL: a Paxos round per
+    /// batch). The shard then writes a batch without `next_offset` while the unit's offset moved
+    /// less than this long ago, commits to Kafka only what an offset move made durable, and
+    /// moves what is left at most this long after (`ingest/unit_advance.rs`). `None` (the
+    /// default): every batch moves it, as part of the same durable write.
+    fn unit_advance_every(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether an ingest batch may write its new jobs already leased (`IngestBatch::
     /// lease_until_ms`), their first start counted, so a lane starts them from the hand-off
     /// without a lease step of its own (issue 17: one sync per event, not two). A store says so

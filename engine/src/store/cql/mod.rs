@@ -2,8 +2,8 @@
 //! kept without multi-partition transactions:
 //!
 //! - **Fence** (DESIGN invariant 2): `units.generation`, raised by a lightweight transaction on
-//!   each claim; a batch checks it first (serial read) and moves the unit's offset only
-//!   `IF generation = ours`.
+//!   each claim; a batch checks it first (a quorum read) and moves the unit's offset only
+//!   `IF generation = ours`, at most every `unit_advance_every` while records keep coming.
 //! - **Dedup** (R-IN-6): `INSERT ... IF NOT EXISTS` per `(tenant, id)`. The claim records its
 //!   origin and the seq it intends to take, so a replay after a crash can tell its own unfinished
 //!   claim (finish it) from a real duplicate (drop it). See `claim.rs`.
@@ -82,6 +82,9 @@ pub struct CqlSettings {
     /// Encoded bytes of the events appended last kept in memory, so leasing their jobs reads
     /// nothing back (see `recent.rs`).
     pub recent_events_bytes: usize,
+    /// How long a unit's offset may trail its durable batches while records keep coming
+    /// (`Ingest::unit_advance_every`); zero moves it with every batch.
+    pub unit_advance_every: std::time::Duration,
 }
 
 impl Default for CqlSettings {
@@ -97,6 +100,7 @@ impl Default for CqlSettings {
             bucket_size: 16_384,
             append_bytes: 96 * 1024,
             recent_events_bytes: 16 << 20,
+            unit_advance_every: std::time::Duration::from_millis(200),
         }
     }
 }
@@ -260,8 +264,16 @@ impl CqlStore {
         }
     }
 
+    /// Whether `fence` is still the unit's generation, read at LOCAL_QUORUM, not serially: a
+    /// raise is a lightweight transaction, so once it is committed a quorum read sees it, and a
+    /// raise still in flight is no different from one that starts just after the read — which
+    /// no read before the writes can exclude (the unit's offset moves only `IF generation =
+    /// ours`). A serial read here was a Paxos round per batch (issue 17).
     async fn check_fence(&self, unit: &UnitId, fence: Fence) -> Result<(), StoreError> {
-        let current = self.read_unit(unit).await?.map_or(0, |(g, _)| g);
+        let row: Option<(Option<i64>,)> = self
+            .first_row(&self.st.unit_fence_read, (&unit.topic, unit.partition))
+            .await?;
+        let current = row.and_then(|(g,)| g).unwrap_or(0);
         if u64::try_from(current).ok() != Some(fence.generation) {
             return Err(Self::fenced(unit, fence, current));
         }
@@ -399,6 +411,13 @@ impl Ingest for CqlStore {
     /// restart, pages it at once.
     fn leases_at_ingest(&self) -> bool {
         true
+    }
+
+    /// A batch's offset move is a Paxos round of its own; at a steady rate batches hold a few
+    /// events, so moving it with every batch was a third of the rounds per event (issue 17).
+    fn unit_advance_every(&self) -> Option<std::time::Duration> {
+        let every = self.settings.unit_advance_every;
+        (!every.is_zero()).then_some(every)
     }
 }
 

@@ -1,8 +1,9 @@
 //! Every CQL statement of the store, prepared once at connect with its consistency.
 //!
 //! Reads and writes use LOCAL_QUORUM; conditions use LOCAL_SERIAL; reads that must settle an
-//! unfinished lightweight transaction first (a claim left by a crash, a fence check) read at
+//! unfinished lightweight transaction first (a claim left by a crash, a unit's claim) read at
 //! LOCAL_SERIAL, which completes or discards any Paxos round still in flight on that partition.
+//! A batch's fence check reads at LOCAL_QUORUM (`CqlStore::check_fence` says why).
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -24,6 +25,7 @@ pub struct Statements {
     pub hint_read: PreparedStatement,
     pub hint_write: PreparedStatement,
     pub unit_read: PreparedStatement,
+    pub unit_fence_read: PreparedStatement,
     pub unit_create: PreparedStatement,
     pub unit_raise: PreparedStatement,
     pub unit_advance: PreparedStatement,
@@ -124,6 +126,11 @@ impl Statements {
             unit_read: p(
                 "SELECT generation, next_offset FROM units WHERE topic = ? AND partition = ?",
                 SerialRead,
+            )
+            .await?,
+            unit_fence_read: p(
+                "SELECT generation FROM units WHERE topic = ? AND partition = ?",
+                Plain,
             )
             .await?,
             unit_create: p(
