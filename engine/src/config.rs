@@ -59,6 +59,13 @@ pub struct HubConfig {
     /// rate). The embedded store moves it with every batch at no cost. Env
     /// `STREAMING_HUB_CQL_UNIT_ADVANCE_MS`. Default 200.
     pub cql_unit_advance_ms: u32,
+    /// On CQL, the least time between the starts of a shard's ingest passes, in ms: a batch
+    /// costs a Paxos round per tenant for its dedup claims and one for its append, whatever its
+    /// size, so at a steady rate a pass that waits for company pays fewer rounds per event, for
+    /// up to this much latency. Over a backlog passes take longer than this and never wait. 0
+    /// takes each pass as soon as the last is written. Env `STREAMING_HUB_CQL_INGEST_LINGER_MS`.
+    /// Default 0.
+    pub cql_ingest_linger_ms: u32,
     /// How long accepted events (and dead letters) are kept, in seconds (R-OP-5). Env
     /// `STREAMING_HUB_RETENTION_S`. Default 7 days.
     pub retention_s: u32,
@@ -222,6 +229,7 @@ impl Default for HubConfig {
             cql_keyspace: "streaming_hub".into(),
             cql_replication: "{'class': 'NetworkTopologyStrategy', 'replication_factor': 1}".into(),
             cql_unit_advance_ms: 200,
+            cql_ingest_linger_ms: 0,
             retention_s: 7 * 86_400,
             dedup_window_s: 7 * 86_400,
             forensics_retention_s: 30 * 86_400,
@@ -349,6 +357,9 @@ impl HubConfig {
         }
         if let Some((k, v)) = env("CQL_UNIT_ADVANCE_MS") {
             self.cql_unit_advance_ms = parse(&k, v)?;
+        }
+        if let Some((k, v)) = env("CQL_INGEST_LINGER_MS") {
+            self.cql_ingest_linger_ms = parse(&k, v)?;
         }
         if let Some((k, v)) = env("RETENTION_S") {
             self.retention_s = parse(&k, v)?;
@@ -633,6 +644,14 @@ mod tests {
         c.apply_env(|k| (k == "STREAMING_HUB_KAFKA_PREFETCH_RECORDS").then(|| "5000".to_owned()))
             .expect("valid");
         assert_eq!(c.kafka_prefetch_records, 5_000);
+        assert_eq!((c.cql_unit_advance_ms, c.cql_ingest_linger_ms), (200, 0));
+        c.apply_env(|k| match k {
+            "STREAMING_HUB_CQL_UNIT_ADVANCE_MS" => Some("0".to_owned()),
+            "STREAMING_HUB_CQL_INGEST_LINGER_MS" => Some("20".to_owned()),
+            _ => None,
+        })
+        .expect("valid");
+        assert_eq!((c.cql_unit_advance_ms, c.cql_ingest_linger_ms), (0, 20));
         let err = c
             .apply_env(|k| (k == "STREAMING_HUB_HTTP_ADDR").then(|| "nope".to_owned()))
             .expect_err("bad address refused");

@@ -40,6 +40,7 @@ pub fn cql_settings(config: &HubConfig) -> CqlSettings {
         retention_ttl_s: config.retention_s,
         forensics_ttl_s: config.forensics_retention_s,
         unit_advance_every: Duration::from_millis(u64::from(config.cql_unit_advance_ms)),
+        pass_interval: Duration::from_millis(u64::from(config.cql_ingest_linger_ms)),
         ..CqlSettings::default()
     }
 }

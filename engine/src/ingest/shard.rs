@@ -91,12 +91,24 @@ impl ShardIngest {
     ) {
         let mut fences: HashMap<UnitId, Fence> = HashMap::new();
         let mut advances = UnitAdvances::new(self.store.unit_advance_every());
-        while let Some(pass) = self
-            .next_pass(&records, queues.as_mut(), advances.next_due())
-            .await
-        {
+        let interval = self.store.pass_interval();
+        let mut last_pass: Option<Instant> = None;
+        loop {
+            if let (Some(interval), Some(last)) = (interval, last_pass) {
+                let wait = (last + interval).saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    shard_sleep(wait).await;
+                }
+            }
+            let deadline = advances.next_due();
+            let Some(pass) = self.next_pass(&records, queues.as_mut(), deadline).await else {
+                break;
+            };
             crate::runtime::note_work();
             let started = Instant::now();
+            if !pass.is_empty() {
+                last_pass = Some(started);
+            }
             let count = pass.len();
             let work = planned(group_by_unit(pass), &advances, started);
             let unit_count = work.len();

@@ -55,6 +55,13 @@ pub trait Ingest: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The least time between the starts of a shard's ingest passes, when a batch costs the store
+    /// rounds per tenant whatever its size (CQL): a pass that waits for company pays fewer per
+    /// event. `None` (the default): a pass starts as soon as the last is written.
+    fn pass_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether an ingest batch may write its new jobs already leased (`IngestBatch::
     /// lease_until_ms`), their first start counted, so a lane starts them from the hand-off
     /// without a lease step of its own (issue 17: one sync per event, not two). A store says so

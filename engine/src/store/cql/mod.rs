@@ -85,6 +85,8 @@ pub struct CqlSettings {
     /// How long a unit's offset may trail its durable batches while records keep coming
     /// (`Ingest::unit_advance_every`); zero moves it with every batch.
     pub unit_advance_every: std::time::Duration,
+    /// The least time between the starts of a shard's ingest passes (`Ingest::pass_interval`).
+    pub pass_interval: std::time::Duration,
 }
 
 impl Default for CqlSettings {
@@ -101,6 +103,7 @@ impl Default for CqlSettings {
             append_bytes: 96 * 1024,
             recent_events_bytes: 16 << 20,
             unit_advance_every: std::time::Duration::from_millis(200),
+            pass_interval: std::time::Duration::ZERO,
         }
     }
 }
@@ -418,6 +421,11 @@ impl Ingest for CqlStore {
     fn unit_advance_every(&self) -> Option<std::time::Duration> {
         let every = self.settings.unit_advance_every;
         (!every.is_zero()).then_some(every)
+    }
+
+    fn pass_interval(&self) -> Option<std::time::Duration> {
+        let interval = self.settings.pass_interval;
+        (!interval.is_zero()).then_some(interval)
     }
 }
 
