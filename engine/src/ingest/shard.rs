@@ -5,6 +5,7 @@
 //! rebalance moved a partition to another engine.
 
 use std::collections::HashMap;
+use std::pin::pin;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -185,7 +186,7 @@ impl ShardIngest {
                 return Some(pass);
             }
             let routed = Box::pin(records.recv());
-            let arrival = async {
+            let arrival = pin!(async {
                 match queues.as_deref() {
                     Some(q) => match select(routed, Box::pin(q.wait())).await {
                         Either::Left((next, _)) => Some(next),
@@ -193,16 +194,16 @@ impl ShardIngest {
                     },
                     None => Some(routed.await),
                 }
-            };
-            let due = async {
-                match deadline {
-                    Some(d) => shard_sleep(d.saturating_duration_since(Instant::now())).await,
-                    None => futures::future::pending().await,
+            });
+            let next = match deadline {
+                None => arrival.await,
+                Some(d) => {
+                    let due = pin!(shard_sleep(d.saturating_duration_since(Instant::now())));
+                    match select(arrival, due).await {
+                        Either::Left((next, _)) => next,
+                        Either::Right(_) => return Some(pass),
+                    }
                 }
-            };
-            let next = match select(Box::pin(arrival), Box::pin(due)).await {
-                Either::Left((next, _)) => next,
-                Either::Right(_) => return Some(pass),
             };
             match next {
                 Some(Ok(r)) => pass.push(r),
