@@ -208,12 +208,7 @@ pub fn run_standalone(
             store: store.clone(),
             routing: delivery.routing.clone(),
             tokio: tokio.handle().clone(),
-            kafka: match &config.kafka_brokers {
-                Some(brokers) if config.publish_hub_events => Some(
-                    crate::delivery::hub_events::hub_producer(brokers, &config.kafka_security)?,
-                ),
-                _ => None,
-            },
+            kafka: crate::delivery::hub_events::configured_producer(&config)?,
         }));
     let listener = tokio
         .block_on(tokio::net::TcpListener::bind(config.http_addr))

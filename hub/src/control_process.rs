@@ -19,7 +19,7 @@ use hub_control::config::ControlConfig;
 use hub_control::service::Control;
 
 use hub_engine::config::{HubConfig, StoreKind};
-use hub_engine::delivery::hub_events::{hub_producer, PipelineEvents};
+use hub_engine::delivery::hub_events::{configured_producer, PipelineEvents};
 use hub_engine::reader::StoreReader;
 use hub_engine::store::cql::CqlStore;
 use hub_engine::store::Store;
@@ -91,12 +91,7 @@ async fn attach_engine_store(control: &Control, hub: &HubConfig) -> anyhow::Resu
         keyring: control.keyring.clone(),
         relay: Some(cql),
     }));
-    let kafka = match &hub.kafka_brokers {
-        Some(brokers) if hub.publish_hub_events => {
-            Some(hub_producer(brokers, &hub.kafka_security)?)
-        }
-        _ => None,
-    };
+    let kafka = configured_producer(hub)?;
     let _ = control.events.set(Arc::new(PipelineEvents {
         store,
         routing: None,

@@ -38,8 +38,19 @@ impl std::fmt::Debug for PipelineEvents {
 /// The topic hub events are published to.
 pub const HUB_TOPIC: &str = "lerian.streaming.hub";
 
+/// The producer a hub with this configuration publishes its events with: none without Kafka
+/// or when publishing is off (`publish_hub_events`).
+pub fn configured_producer(config: &crate::config::HubConfig) -> anyhow::Result<Option<Publisher>> {
+    match &config.kafka_brokers {
+        Some(brokers) if config.publish_hub_events => {
+            Ok(Some(hub_producer(brokers, &config.kafka_security)?))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// A producer for hub events on `brokers`, reached as `security` says.
-pub fn hub_producer(
+fn hub_producer(
     brokers: &str,
     security: &crate::ingest::kafka_security::KafkaSecurity,
 ) -> anyhow::Result<Publisher> {
