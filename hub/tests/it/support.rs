@@ -657,10 +657,26 @@ const SHARED_TOPICS: [&str; 2] = ["lerian.streaming.lender", "lerian.streaming.h
 
 /// Tests that count what an engine ingests from the shared topics run one at a time, on shared
 /// topics emptied first (a new consumer group reads them from the start). Topics of a test's own
-/// source are left alone: only that test's engine subscribes to them. Returns the guard to hold.
-pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
+/// source are left alone: only that test's engine subscribes to them. One at a time across test
+/// processes too (a file lock beside the in-process one): two `cargo test` runs against one
+/// broker would otherwise empty each other's topics and share consumer groups' rebalances.
+/// Returns the guard to hold.
+pub async fn exclusive_broker() -> BrokerGuard {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let guard = LOCK.lock().await;
+    let path = std::env::temp_dir().join("streaming-hub-tests-broker.lock");
+    let file = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("broker lock file");
+        file.lock().expect("broker lock");
+        file
+    })
+    .await
+    .expect("broker lock");
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", KAFKA)
         .create()
@@ -669,7 +685,16 @@ pub async fn exclusive_broker() -> tokio::sync::MutexGuard<'static, ()> {
     let _ = admin
         .delete_topics(&SHARED_TOPICS, &AdminOptions::new())
         .await;
-    guard
+    BrokerGuard {
+        _process: guard,
+        _file: file,
+    }
+}
+
+/// The broker is this test's while it is held (the file's lock goes with the file).
+pub struct BrokerGuard {
+    _process: tokio::sync::MutexGuard<'static, ()>,
+    _file: std::fs::File,
 }
 
 /// A bearer token for the standalone hub in `data_dir`, signed with the HS256 secret it generated.
