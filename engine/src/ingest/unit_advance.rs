@@ -51,6 +51,9 @@ impl UnitAdvances {
     /// After a durable batch of `unit` whose records end before `next`, which moved the offset
     /// there (`moved`) or left it trailing.
     pub fn written(&mut self, unit: &UnitId, next: Option<i64>, moved: bool, now: Instant) {
+        if self.every.is_none() {
+            return; // every batch moves its offset: nothing ever trails
+        }
         if moved {
             self.units.insert(
                 unit.clone(),
