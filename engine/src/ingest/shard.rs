@@ -462,6 +462,49 @@ fn repeated(last: &mut String, error: &StoreError) -> bool {
 mod tests {
     use super::*;
 
+    fn record(partition: i32, offset: i64) -> RecordIn {
+        RecordIn {
+            topic: Arc::from("lerian.streaming.t"),
+            partition,
+            offset,
+            headers: Default::default(),
+            value: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn r_in_7_a_pass_moves_due_offsets_once_per_unit_and_trailing_ones_by_an_empty_batch() {
+        let every = Duration::from_millis(200);
+        let mut advances = UnitAdvances::new(Some(every));
+        let t0 = Instant::now();
+        let (u0, u1) = (
+            UnitId::new("lerian.streaming.t", 0),
+            UnitId::new("lerian.streaming.t", 1),
+        );
+        for u in [&u0, &u1] {
+            advances.written(u, Some(1), true, t0);
+            advances.written(u, Some(3), false, t0);
+        }
+        // Within the interval: records are written, no offset moves, nothing trailing is due.
+        let soon = planned(
+            group_by_unit(vec![record(0, 3), record(0, 4)]),
+            &advances,
+            t0,
+        );
+        assert_eq!(soon.len(), 1);
+        assert_eq!((soon[0].next, soon[0].moves_to), (Some(5), None));
+        // Once due: unit 0's records move it past them; unit 1, with no records, moves to what
+        // trails by an empty batch — one write per unit, never two.
+        let due = t0 + every;
+        let work = planned(group_by_unit(vec![record(0, 5)]), &advances, due);
+        let mut plan: Vec<(i32, usize, Option<i64>)> = work
+            .iter()
+            .map(|w| (w.unit.partition, w.records.len(), w.moves_to))
+            .collect();
+        plan.sort_unstable();
+        assert_eq!(plan, vec![(0, 1, Some(6)), (1, 0, Some(3))]);
+    }
+
     #[test]
     fn r_op_3_a_lasting_store_failure_is_warned_of_once_per_batch() {
         let mut last = String::new();
