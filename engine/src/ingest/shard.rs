@@ -116,12 +116,34 @@ impl ShardIngest {
             self.write_all(work, &mut fences, &mut advances).await;
             log_slow_pass(started.elapsed(), count, unit_count, records.len());
         }
-        // A stop: move what trails, so the partitions' next owner replays none of it.
-        let trailing = moves_only(advances.due(Instant::now(), true)).collect();
-        self.write_all(trailing, &mut fences, &mut advances).await;
+        self.move_trailing_at_stop(&advances, &fences).await;
         if let Some(queues) = &mut queues {
             queues.close();
         }
+    }
+
+    /// A stop: moves what trails, one try each, so the partitions' next owner replays none of
+    /// it. Not retried: a store down at the stop must not hold the stop up, and what stays
+    /// trailing is only replayed (as no-ops).
+    async fn move_trailing_at_stop(
+        &self,
+        advances: &UnitAdvances,
+        fences: &HashMap<UnitId, Fence>,
+    ) {
+        let tries = moves_only(advances.due(Instant::now(), true)).map(|w| async move {
+            let mut fence = fences.get(&w.unit).copied();
+            if fence.is_none() {
+                return; // not claimed by this shard: nothing of ours trails there
+            }
+            let batch = Arc::new(IngestBatch {
+                next_offset: w.moves_to,
+                ..IngestBatch::default()
+            });
+            if let Try::Written(outcome) = self.try_once(&w.unit, &mut fence, &batch).await {
+                self.written(&w.unit, &batch, &outcome);
+            }
+        });
+        futures::future::join_all(tries).await;
     }
 
     /// Writes each unit's batch of a pass, at once, and keeps what they leave: the fence of
