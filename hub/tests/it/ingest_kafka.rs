@@ -325,3 +325,86 @@ async fn kill_9_three_times(backend: Backend) {
     assert_store_matches(&*store, &produced, &topic, &source).await;
     delete_topic(&topic).await;
 }
+
+/// The events the store holds for `tenants`.
+async fn stored_count(store: &dyn Store, tenants: &BTreeSet<String>) -> usize {
+    let mut n = 0;
+    for tenant in tenants {
+        n += store
+            .read_events(tenant, 0, usize::MAX)
+            .await
+            .expect("read")
+            .len();
+    }
+    n
+}
+
+async fn wait_stored(store: &dyn Store, tenants: &BTreeSet<String>, want: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while stored_count(store, tenants).await < want {
+        assert!(std::time::Instant::now() < deadline, "not all stored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// R-IN-7 on CQL: a unit's offset, and the Kafka commit with it, may trail its durable batches
+/// (`STREAMING_HUB_CQL_UNIT_ADVANCE_MS`, here longer than the test), never passing what the store
+/// records; a graceful stop moves what trails, so the group's position reaches the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_7_trailing_offsets_on_cql_are_committed_at_a_graceful_stop() {
+    let _alone = exclusive_broker().await;
+    let ns = format!("c{}", uuid::Uuid::now_v7().simple());
+    let source = ns.clone();
+    let topic = format!("lerian.streaming.{source}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let group = format!("{ns}-group");
+    let engine = Engine::start_with(
+        dir.path(),
+        &group,
+        free_port(),
+        Backend::Cql,
+        &[
+            ("STREAMING_HUB_KAFKA_SOURCES", source.as_str()),
+            ("STREAMING_HUB_CQL_UNIT_ADVANCE_MS", "600000"),
+        ],
+    );
+    engine.wait_ready().await;
+    let store = Backend::Cql.open(dir.path()).await;
+    // Each unit's first batch moves its offset; the second round's batches trail it.
+    let first = produce_workload(&topic, &source, &ns, 2_000, 21).await;
+    let mut tenants: BTreeSet<String> = first.unique.keys().cloned().collect();
+    let mut want: usize = first.unique.values().map(Vec::len).sum();
+    wait_stored(store.as_ref(), &tenants, want).await;
+    let second = produce_workload(&topic, &source, &ns, 2_000, 22).await;
+    tenants.extend(second.unique.keys().cloned());
+    want += second.unique.values().map(Vec::len).sum::<usize>();
+    wait_stored(store.as_ref(), &tenants, want).await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // the consumer commits every 100 ms
+    let end: i64 = offsets(&topic, &group).iter().map(|s| s.2).sum();
+    assert!(
+        committed_sum(&topic, &group) < end,
+        "the second round's batches trail the offset while the interval runs"
+    );
+    for (p, committed, _) in offsets(&topic, &group) {
+        let durable = store
+            .unit_offset(&UnitId::new(topic.clone(), p))
+            .await
+            .expect("offset");
+        if let Some(c) = committed {
+            assert!(
+                durable.is_some_and(|d| d >= c),
+                "partition {p}: committed {c} ahead of the store's {durable:?}"
+            );
+        }
+    }
+    engine.stop();
+    for (p, committed, high) in offsets(&topic, &group) {
+        assert_eq!(committed, Some(high), "partition {p}: moved at the stop");
+        let durable = store
+            .unit_offset(&UnitId::new(topic.clone(), p))
+            .await
+            .expect("offset");
+        assert_eq!(durable, Some(high), "partition {p}: the store's too");
+    }
+    delete_topic(&topic).await;
+}
