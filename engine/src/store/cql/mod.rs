@@ -417,7 +417,7 @@ impl Ingest for CqlStore {
     }
 
     /// A batch's offset move is a Paxos round of its own; at a steady rate batches hold a few
-    /// events, so moving it with every batch was a third of the rounds per event (issue 17).
+    /// events, so moving it with every batch was a fifth of the rounds per event (issue 17).
     fn unit_advance_every(&self) -> Option<std::time::Duration> {
         let every = self.settings.unit_advance_every;
         (!every.is_zero()).then_some(every)
