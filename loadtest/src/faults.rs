@@ -591,6 +591,10 @@ pub async fn run(args: RunArgs, fault: Fault) -> anyhow::Result<FaultReport> {
             ..spec
         })?);
     }
+    // An engine that failed to start is named here, not found later as a refused connection.
+    for engine in &mut more_engines {
+        engine.wait_ready(Duration::from_secs(60)).await?;
+    }
     let (hub, mut injections) = match fault {
         Fault::KillEngine => {
             let token = deliver::operator_token(data_dir.path())?;
