@@ -89,7 +89,8 @@ pub(super) fn quarantined(
     }
 }
 
-async fn write(
+/// Writes `events` as one batch of `unit` under `fence`, its offset moved to `next`.
+pub async fn write(
     store: &dyn Store,
     unit: &UnitId,
     fence: Fence,

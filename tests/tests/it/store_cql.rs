@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use std::collections::HashSet;
 
-use hub_engine::store::conformance::{event, run_all};
+use hub_engine::store::conformance::{event, run_all, write};
 use hub_engine::store::cql::{CqlSettings, CqlStore};
 use hub_engine::store::{
     DeliveryStep, DueQuery, EventLog, Fence, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Matches,
@@ -24,9 +24,18 @@ async fn leave_claim(
     let hour = i64::try_from(ev.id.get_timestamp().expect("v7").to_unix().0 / 3600).expect("hour");
     session
         .query_unpaged(
-            "INSERT INTO hub_it.dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-            (&ev.tenant, hour, ev.id, origin, 0_i64, intent),
+            "INSERT INTO hub_it.dedup_claims \
+             (tenant, id_bucket, id, attempt, origin, claimed_at, intent) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                &ev.tenant,
+                hour,
+                ev.id,
+                rand::random::<i64>(),
+                origin,
+                0_i64,
+                intent,
+            ),
         )
         .await
         .expect("leave a claim");
@@ -404,8 +413,7 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
     assert_eq!(read[0].event, ev);
 
     // A replayed batch in which one event's claim was left unfinished and the others are new:
-    // the claims of one dedup partition go as one conditional batch, refused for the one that
-    // exists; that one must still be finished, not dropped.
+    // that one must be finished too, in the partition's order.
     let mut left = event(&tenant, "x.created");
     left.offset = 50;
     let (b, c) = (event(&tenant, "x.created"), event(&tenant, "x.created"));
@@ -442,30 +450,85 @@ async fn r_in_7_cql_replay_finishes_a_claim_left_by_a_crash() {
         "seq follows the partition's order, the finished claim included"
     );
 
-    // The same id from another position is a duplicate, even while the claim is unfinished.
+    // The same id from another position while the first one's claim is unfinished: claims
+    // order nothing, appends do. The copy that comes is stored; the first one's replay then
+    // finds it stored under another origin and drops itself as a duplicate.
     let other_tenant = format!("{ns}-u");
     let mut first = event(&other_tenant, "x.created");
     first.offset = 7;
     leave_claim(&session, &first, format!("{}/2/7", unit.topic), 1).await;
     let mut resent = first.clone();
     resent.offset = 9;
-    let out = store
-        .write_batch(
-            &unit,
-            fence,
-            Arc::new(IngestBatch {
-                events: vec![resent],
-                quarantined: vec![],
-                next_offset: Some(10),
-                ..Default::default()
-            }),
-        )
-        .await
-        .expect("write");
-    assert_eq!(out.duplicates, vec![(other_tenant, first.id)]);
+    let out = write(&store, &unit, fence, vec![resent], 10).await;
+    assert_eq!(out.stored, vec![(other_tenant.clone(), first.id, 1)]);
+    let replayed = write(&store, &unit, fence, vec![first.clone()], 8).await;
+    assert!(replayed.stored.is_empty(), "{replayed:?}");
+    assert_eq!(replayed.duplicates, vec![(other_tenant.clone(), first.id)]);
+    let log = store.read_events(&other_tenant, 0, 10).await.expect("read");
+    assert_eq!(log.len(), 1, "stored once");
     report(
         "cassandra",
-        "an unfinished claim is finished by its own replay, refused to others",
+        "an unfinished claim is finished by its own replay; another origin's copy is stored once",
+    );
+}
+
+/// R-IN-6: two writers of one id at once — two processes, each owning a partition the same
+/// event reached — store it once. Claims are plain writes; the tenant's conditional append
+/// orders the writers, and the one that loses the race reads the claims again and finds the
+/// other's copy stored. The log stays gap-free and holds every id once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_in_6_cql_two_writers_of_one_id_at_once_store_it_once() {
+    require("cassandra", CQL);
+    let (a, b) = (
+        CqlStore::connect(settings()).await.expect("connect a"),
+        CqlStore::connect(settings()).await.expect("connect b"),
+    );
+    let ns = unique("cqlrace");
+    let tenant = format!("{ns}-t");
+    let topic = format!("lerian.streaming.{ns}");
+    let (unit_a, unit_b) = (UnitId::new(topic.clone(), 0), UnitId::new(topic, 1));
+    let (fence_a, _) = a.claim_unit(&unit_a).await.expect("claim a");
+    let (fence_b, _) = b.claim_unit(&unit_b).await.expect("claim b");
+    let rounds: u32 = 30;
+    let mut stored = Vec::new();
+    let mut shared_ids = Vec::new();
+    for round in 0..rounds {
+        let offset = i64::from(round) * 2;
+        let mut shared_a = event(&tenant, "x.created");
+        shared_a.offset = offset;
+        let mut shared_b = shared_a.clone();
+        shared_b.offset = offset + 1;
+        shared_ids.push(shared_a.id);
+        let mut own_a = event(&tenant, "x.created");
+        own_a.offset = offset + 1;
+        let mut own_b = event(&tenant, "x.created");
+        own_b.offset = offset;
+        let (out_a, out_b) = futures::join!(
+            write(&a, &unit_a, fence_a, vec![shared_a, own_a], offset + 2),
+            write(&b, &unit_b, fence_b, vec![own_b, shared_b], offset + 2),
+        );
+        stored.extend(out_a.stored);
+        stored.extend(out_b.stored);
+    }
+    for id in &shared_ids {
+        let times = stored
+            .iter()
+            .filter(|(_, stored_id, _)| stored_id == id)
+            .count();
+        assert_eq!(times, 1, "the shared event {id} is stored once");
+    }
+    let log = a.read_events(&tenant, 0, 1000).await.expect("read");
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=3 * u64::from(rounds)).collect::<Vec<_>>(),
+        "gap-free"
+    );
+    let ids: HashSet<_> = log.iter().map(|e| e.event.id).collect();
+    assert_eq!(ids.len(), log.len(), "every id once");
+    report(
+        "cassandra",
+        &format!("{CQL}: {rounds} ids written by two processes at once, each stored once"),
     );
 }
 
@@ -506,11 +569,19 @@ async fn r_op_3_cql_store_counts_its_requests_and_paxos_rounds_by_statement() {
     assert_eq!((count.requests, count.paxos), (1, 0), "a plain read is not");
     let claims = sent
         .iter()
-        .find(|r| r.statement.starts_with("batch insert dedup"))
+        .find(|r| r.statement.starts_with("batch insert dedup_claims"))
         .unwrap_or_else(|| panic!("the dedup claims' batch in {sent:?}"));
     assert_eq!(
-        claims.paxos, claims.requests,
-        "a conditional batch is one round"
+        (claims.requests, claims.paxos),
+        (1, 0),
+        "the claims of one dedup partition are one plain batch"
+    );
+    assert_eq!(of("select dedup_claims").paxos, 0, "{sent:?}");
+    let append = of("batch update tenant_log if");
+    assert_eq!(
+        (append.requests, append.paxos),
+        (1, 1),
+        "one tenant's append is the batch's one Paxos round for its events"
     );
     assert!(
         sent.iter().all(|r| r.paxos <= r.requests && r.requests > 0),

@@ -15,20 +15,27 @@ use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::{Consistency, SerialConsistency};
 use uuid::Uuid;
 
-use super::claim::id_bucket;
+use super::claim::{id_bucket, Attempt, Claim};
 use super::job_rows::Part;
 use super::lwt::lwt;
 use super::{as_i64, unavailable, CqlStore};
-use crate::store::codec::{decode, encode};
+use crate::store::codec::decode;
 use crate::store::{InboxEvent, StoreError, StoredEvent};
 
-/// An event whose claim is ours, waiting for its seq.
+/// An event of the batch (at `index`) whose claims found it open, waiting for its seq.
 #[derive(Debug)]
 pub(super) struct Pending<'a> {
+    pub index: usize,
     pub event: &'a InboxEvent,
     /// The seq its dedup claim names; rewritten before an append that gives it another.
     pub intent: u64,
+    /// The event as the log stores it.
+    pub blob: Vec<u8>,
 }
+
+/// Where an append put each event (by its index in the batch): its seq, or what the claims read
+/// again after a lost race said of it (another writer appended it meanwhile).
+pub(super) type Placed = (usize, Result<u64, Claim>);
 
 /// Lost races tolerated in one append before the batch is failed (and retried by the shard).
 const APPEND_ATTEMPTS: usize = 1000;
@@ -94,11 +101,12 @@ impl CqlStore {
         Ok(row.and_then(|(id,)| id))
     }
 
-    /// Moves claims to the seqs they are about to take, durably, before the append: a crash after
-    /// the append leaves each claim naming where its event is. The moves of one dedup partition
-    /// go as one batch (a wrong guess moves every claim after it).
+    /// Moves the attempt's claims to the seqs they are about to take, durably, before the
+    /// append: a crash after the append leaves each claim naming where its event is. The moves
+    /// of one dedup partition go as one batch (a wrong guess moves every claim after it).
     async fn retarget_claims(
         &self,
+        attempt: &Attempt<'_>,
         pending: &mut [Pending<'_>],
         first_seq: u64,
     ) -> Result<(), StoreError> {
@@ -111,7 +119,8 @@ impl CqlStore {
             }
             p.intent = seq;
             let (tenant, id) = (p.event.tenant.as_str(), p.event.id);
-            let row: BoxedRow<'_> = Box::new((ttl, as_i64(seq)?, tenant, id_bucket(&id), id));
+            let row: BoxedRow<'_> =
+                Box::new((ttl, as_i64(seq)?, tenant, id_bucket(&id), id, attempt.key));
             moves.push((
                 Part::Dedup(tenant, id_bucket(&id)),
                 &self.st.set_intent,
@@ -121,16 +130,21 @@ impl CqlStore {
         self.in_batches(moves).await
     }
 
-    /// Appends one tenant's events in order; returns each with its seq.
-    pub(super) async fn append<'a>(
+    /// Appends one tenant's events in order, each conditional on the head `head` the writer
+    /// knew before it read their claims (`claim.rs` says why that order matters). A lost race
+    /// reads the claims of what is left again and drops what another writer appended meanwhile.
+    pub(super) async fn append(
         &self,
-        tenant: &'a str,
+        attempt: &Attempt<'_>,
+        events: &[InboxEvent],
+        mut head: u64,
         mut pending: Vec<Pending<'_>>,
-    ) -> Result<Vec<(&'a str, Uuid, u64)>, StoreError> {
-        let blobs: Vec<Vec<u8>> = pending.iter().map(|p| encode(p.event)).collect();
+    ) -> Result<Vec<Placed>, StoreError> {
+        let Some(tenant) = pending.first().map(|p| p.event.tenant.as_str()) else {
+            return Ok(Vec::new());
+        };
         let ttl = Self::ttl(self.settings.retention_ttl_s);
         let mut out = Vec::with_capacity(pending.len());
-        let mut head = self.guess_head(tenant).await?;
         let (mut i, mut lost) = (0, 0);
         while i < pending.len() {
             let bucket = self.bucket_of(head + 1);
@@ -138,12 +152,13 @@ impl CqlStore {
             let (mut end, mut bytes) = (i, 0);
             while end < pending.len()
                 && end - i < room
-                && (end == i || bytes + blobs[end].len() <= self.settings.append_bytes)
+                && (end == i || bytes + pending[end].blob.len() <= self.settings.append_bytes)
             {
-                bytes += blobs[end].len();
+                bytes += pending[end].blob.len();
                 end += 1;
             }
-            self.retarget_claims(&mut pending[i..end], head + 1).await?;
+            self.retarget_claims(attempt, &mut pending[i..end], head + 1)
+                .await?;
 
             let new_head = head + (end - i) as u64;
             let expected = (head + 1 != self.first_of(bucket)).then_some(as_i64(head)?);
@@ -165,7 +180,7 @@ impl CqlStore {
                     as_i64(bucket)?,
                     as_i64(head + 1 + k as u64)?,
                     p.event.id,
-                    blobs[i + k].as_slice(),
+                    p.blob.as_slice(),
                     ttl,
                 )));
             }
@@ -177,8 +192,8 @@ impl CqlStore {
             if answer.applied {
                 for (k, p) in pending[i..end].iter().enumerate() {
                     let seq = head + 1 + k as u64;
-                    self.recent.keep(tenant, seq, p.event.id, &blobs[i + k]);
-                    out.push((tenant, p.event.id, seq));
+                    self.recent.keep(tenant, seq, p.event.id, &p.blob);
+                    out.push((p.index, Ok(seq)));
                 }
                 if expected.is_none() && bucket > 0 {
                     self.session
@@ -206,6 +221,19 @@ impl CqlStore {
                 self.read_head(tenant, bucket, true).await?
             };
             self.remember_head(tenant, head);
+            // Another writer appended: what it appended of ours is no longer to append.
+            let judged = self
+                .judge_again(attempt, events, pending[i..].iter().map(|p| p.index))
+                .await?;
+            let rest: Vec<Pending<'_>> = pending.drain(i..).collect();
+            for p in rest {
+                match judged.get(&p.index) {
+                    Some(&claim) if !matches!(claim, Claim::Open) => {
+                        out.push((p.index, Err(claim)))
+                    }
+                    _ => pending.push(p),
+                }
+            }
         }
         Ok(out)
     }

@@ -11,11 +11,3 @@ use crate::store::StoreError;
 pub fn lwt(result: QueryResult) -> Result<LwtAnswer, StoreError> {
     LwtAnswer::read(result).map_err(StoreError::Unavailable)
 }
-
-/// The answer of a conditional batch of `INSERT ... IF NOT EXISTS` on one partition: applied as a
-/// whole, or refused with the rows that already exist (their `id`s).
-pub fn existing_ids(result: QueryResult) -> Result<(bool, Vec<uuid::Uuid>), StoreError> {
-    let answer = lwt(result)?;
-    let ids = answer.uuids("id");
-    Ok((answer.applied, ids))
-}

@@ -4,9 +4,11 @@
 //! - **Fence** (DESIGN invariant 2): `units.generation`, raised by a lightweight transaction on
 //!   each claim; a batch checks it first (a quorum read) and moves the unit's offset only
 //!   `IF generation = ours`, at most every `unit_advance_every` while records keep coming.
-//! - **Dedup** (R-IN-6): `INSERT ... IF NOT EXISTS` per `(tenant, id)`. The claim records its
-//!   origin and the seq it intends to take, so a replay after a crash can tell its own unfinished
-//!   claim (finish it) from a real duplicate (drop it). See `claim.rs`.
+//! - **Dedup** (R-IN-6): each attempt at an event writes a claim of its own (a plain write) naming
+//!   its origin and the seq it intends to take, and reads the id's other claims: one naming a
+//!   seq that holds the id means the event is stored (our own replay: finish its jobs; another
+//!   origin: a duplicate). The tenant's conditional append, on the head known before that read,
+//!   orders writers of one id. See `claim.rs`.
 //! - **Seq** (R-IN-8): per tenant, a log in buckets whose static `head` moves in the same
 //!   conditional batch that writes the events: seqs appear all at once and in order, so a reader
 //!   never skips, whichever engine writes. See `log.rs`.

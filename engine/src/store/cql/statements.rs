@@ -15,6 +15,7 @@ use crate::store::StoreError;
 #[derive(Debug)]
 pub struct Statements {
     pub claim_dedup: PreparedStatement,
+    pub read_claims: PreparedStatement,
     pub set_intent: PreparedStatement,
     pub log_id_at: PreparedStatement,
     pub log_head: PreparedStatement,
@@ -64,9 +65,8 @@ pub(super) async fn prepare(
             stmt.set_serial_consistency(Some(SerialConsistency::LocalSerial));
         }
     }
-    // Dedup claims and appends are not idempotent at the driver level (a blind retry of an
-    // applied INSERT ... IF NOT EXISTS reports "not applied"); the store's own replay logic
-    // handles retries.
+    // Conditional writes are not idempotent at the driver level (a blind retry of an applied
+    // append reports "not applied"); the store's own logic handles their retries.
     stmt.set_is_idempotent(matches!(kind, Kind::Plain | Kind::SerialRead));
     Ok(stmt)
 }
@@ -77,14 +77,21 @@ impl Statements {
         let p = |cql: &'static str, kind| prepare(session, cql, kind);
         Ok(Self {
             claim_dedup: p(
-                "INSERT INTO dedup (tenant, id_bucket, id, origin, claimed_at, intent) \
-                 VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?",
-                Conditional,
+                "INSERT INTO dedup_claims \
+                 (tenant, id_bucket, id, attempt, origin, claimed_at, intent) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?",
+                Plain,
+            )
+            .await?,
+            read_claims: p(
+                "SELECT id, attempt, origin, claimed_at, intent FROM dedup_claims \
+                 WHERE tenant = ? AND id_bucket = ? AND id IN ?",
+                Plain,
             )
             .await?,
             set_intent: p(
-                "UPDATE dedup USING TTL ? SET intent = ? \
-                 WHERE tenant = ? AND id_bucket = ? AND id = ?",
+                "UPDATE dedup_claims USING TTL ? SET intent = ? \
+                 WHERE tenant = ? AND id_bucket = ? AND id = ? AND attempt = ?",
                 Plain,
             )
             .await?,
