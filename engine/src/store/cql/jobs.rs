@@ -4,8 +4,9 @@
 //! (`queued_jobs`: the row's key is the job's place in the due order, its value a [`StoredJob`]),
 //! so every change of a job is one write to one partition and none can be half done:
 //!
-//! - **create**: the job rows, then the queue's `touched` — after the event's append and before
-//!   the unit's offset moves (a committed offset implies its jobs exist). Creation rows are written
+//! - **create**: the job rows, then the queue's `touched` (unless this process touched it in the
+//!   last 20 s: `queue_touches.rs`) — after the event's append and before the unit's offset moves
+//!   (a committed offset implies its jobs exist). Creation rows are written
 //!   `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can never undo a
 //!   later lease, move or delete (a newer timestamp always wins). A replayed event's jobs take the
 //!   stored copy's `received_at_ms`, so a replay writes byte for byte the rows of the first
@@ -194,8 +195,13 @@ impl CqlStore {
             .iter()
             .map(|(_, j, _)| (&*j.tenant, j.subscription))
             .collect();
+        let now = now_ms();
         all(queues
             .into_iter()
+            .filter(|&(tenant, sub)| {
+                self.paging.queue_touched(batch.lane, tenant, sub);
+                self.touches.due(batch.lane, tenant, sub, now)
+            })
             .map(|(tenant, sub)| self.touch_queue(batch.lane, tenant, sub)))
         .await?;
         // Only first creations move the pending gauge: a replay (after a rebalance or a restart,
@@ -260,13 +266,12 @@ impl CqlStore {
         sub: Uuid,
     ) -> Result<(), StoreError> {
         self.paging.queue_touched(lane, tenant, sub);
+        let at = now_ms();
         self.session
-            .execute_unpaged(
-                &self.jt.queue_touch,
-                (now_ms(), lane_i32(lane), tenant, sub),
-            )
+            .execute_unpaged(&self.jt.queue_touch, (at, lane_i32(lane), tenant, sub))
             .await
             .map_err(unavailable)?;
+        self.touches.touched(lane, tenant, sub, at);
         Ok(())
     }
 }

@@ -25,6 +25,7 @@ mod claim;
 mod concurrently;
 mod counted;
 mod counts;
+mod fence_sightings;
 mod forensics;
 mod job_events;
 mod job_rows;
@@ -38,6 +39,7 @@ mod outcomes;
 mod ownership;
 mod paging;
 mod pull;
+mod queue_touches;
 mod recent;
 pub mod relay;
 mod statements;
@@ -49,6 +51,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use uuid::Uuid;
+
+use fence_sightings::FenceCheck;
 
 use super::timings::{PhaseTimings, PhaseTotal};
 use super::{
@@ -127,6 +131,8 @@ pub struct CqlStore {
     stats_rows: outcomes::StatsRows,
     count_moves: counts::CountMoves,
     paging: paging::PagingState,
+    touches: queue_touches::QueueTouches,
+    fences: fence_sightings::FenceSightings,
     /// The events appended last, encoded (see `recent.rs`).
     recent: recent::RecentEvents,
     /// Last known head per tenant: a guess that saves a read; a wrong guess costs one failed
@@ -231,6 +237,8 @@ impl CqlStore {
             stats_rows: outcomes::StatsRows::default(),
             count_moves: counts::CountMoves::default(),
             paging: paging::PagingState::default(),
+            touches: queue_touches::QueueTouches::default(),
+            fences: fence_sightings::FenceSightings::default(),
             heads: Mutex::new(HashMap::new()),
             last_qid: AtomicU64::new(0),
             timings: PhaseTimings::new(PHASES),
@@ -273,15 +281,33 @@ impl CqlStore {
     /// raise is a lightweight transaction, so once it is committed a quorum read sees it, and a
     /// raise still in flight is no different from one that starts just after the read — which
     /// no read before the writes can exclude (the unit's offset moves only `IF generation =
-    /// ours`). A serial read here was a Paxos round per batch (issue 17).
+    /// ours`). A serial read here was a Paxos round per batch (issue 17). Not read at all when
+    /// this process confirmed the generation within the unit-advance interval
+    /// (`fence_sightings.rs` says why that is safe).
     async fn check_fence(&self, unit: &UnitId, fence: Fence) -> Result<(), StoreError> {
+        match self
+            .fences
+            .check(unit, fence, self.settings.unit_advance_every)
+        {
+            FenceCheck::Fresh => return Ok(()),
+            FenceCheck::Stale(current) => {
+                return Err(Self::fenced(
+                    unit,
+                    fence,
+                    i64::try_from(current).unwrap_or(0),
+                ))
+            }
+            FenceCheck::Read => {}
+        }
         let row: Option<(Option<i64>,)> = self
             .first_row(&self.st.unit_fence_read, (&unit.topic, unit.partition))
             .await?;
         let current = row.and_then(|(g,)| g).unwrap_or(0);
         if u64::try_from(current).ok() != Some(fence.generation) {
+            self.fences.refused(unit);
             return Err(Self::fenced(unit, fence, current));
         }
+        self.fences.confirmed(unit, fence);
         Ok(())
     }
 
@@ -296,9 +322,11 @@ impl CqlStore {
             .await
             .map_err(unavailable)?)?;
         if !answer.applied {
+            self.fences.refused(unit);
             let current = answer.bigint("generation").unwrap_or(0);
             return Err(Self::fenced(unit, fence, current));
         }
+        self.fences.confirmed(unit, fence);
         Ok(())
     }
 }
@@ -318,7 +346,9 @@ impl Ingest for CqlStore {
                         .await
                         .map_err(unavailable)?)?;
                     if answer.applied {
-                        return Ok((Fence { generation: 1 }, None));
+                        let fence = Fence { generation: 1 };
+                        self.fences.confirmed(unit, fence);
+                        return Ok((fence, None));
                     }
                     continue;
                 }
@@ -339,6 +369,7 @@ impl Ingest for CqlStore {
                 let fence = Fence {
                     generation: u64::try_from(generation + 1).map_err(unavailable)?,
                 };
+                self.fences.confirmed(unit, fence);
                 return Ok((fence, next.filter(|n| *n >= 0)));
             }
         }

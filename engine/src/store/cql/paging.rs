@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 use super::concurrently::all;
 use super::jobs::{id_of, lane_i32, StoredJob};
+use super::queue_touches::IDLE_BEFORE_DROP_MS;
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::decode;
@@ -385,8 +386,10 @@ impl CqlStore {
         floors.insert(key.clone(), next);
     }
 
-    /// Deletes a queue with no jobs at all — only the version of it that was read (`USING
-    /// TIMESTAMP` of its `touched`): a job created meanwhile touched it later and keeps it.
+    /// Deletes a queue with no jobs at all and untouched for `IDLE_BEFORE_DROP_MS` — only the
+    /// version of it that was read (`USING TIMESTAMP` of its `touched`): a job created meanwhile
+    /// touched it later and keeps it, or (`queue_touches.rs`) skipped its touch because its
+    /// creator touched it less than 20 s before, which the idle time rules out.
     async fn drop_if_empty(
         &self,
         lane: Lane,
@@ -397,6 +400,9 @@ impl CqlStore {
         let Some(touched_us) = touched_us else {
             return Ok(());
         };
+        if now_ms().saturating_mul(1_000) - touched_us < IDLE_BEFORE_DROP_MS * 1_000 {
+            return Ok(());
+        }
         let lane_i = lane_i32(lane);
         let any: Option<(i64,)> = self
             .first_row(&self.jt.job_any, (lane_i, tenant, sub))
@@ -408,6 +414,7 @@ impl CqlStore {
             .execute_unpaged(&self.jt.queue_drop, (touched_us, lane_i, tenant, sub))
             .await
             .map_err(unavailable)?;
+        self.touches.dropped(lane, tenant, sub);
         if let Ok(mut f) = self.paging.floors.lock() {
             f.remove(&(lane, tenant.to_owned(), sub));
         }
