@@ -83,6 +83,31 @@ impl Floor {
     }
 }
 
+/// A paged row: due time, job id, the job.
+type PagedRow = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// What one page of a queue reads.
+#[derive(Clone, Copy)]
+struct PageRead<'a> {
+    q: &'a Queue,
+    from: i64,
+    after: Option<&'a (i64, Vec<u8>)>,
+    now: i64,
+    read: usize,
+}
+
+/// Where a queue is read from when its full scan failed. A full scan walks the tombstones every
+/// delivered job leaves until the server purges them (`gc_grace_seconds`, an hour): past the
+/// server's limit (Cassandra's `tombstone_failure_threshold`, 100,000) it fails, and it failed
+/// the lane's whole page at every poll — a queue taking 220 events/s got there in six minutes
+/// of a steady run, and 6,000 deliveries of its lane then waited on pages that never came. So
+/// the queue is read from its floor (never paged: as an empty one, `FLOOR_LAG_MS` back), and the
+/// scan tried again after `FULL_SCAN_EVERY_MS`; a job below the floor waits for a scan that
+/// succeeds (never lost), and a queue is never dropped on such a page.
+fn after_failed_full_scan(floor: Option<&Floor>, now: i64) -> i64 {
+    floor.map_or(now - FLOOR_LAG_MS, |f| f.from_ms.min(now))
+}
+
 /// Rows read past `want` when going on after a cursor (a few may be held by the lane).
 const CURSOR_SLACK: usize = 16;
 
@@ -255,35 +280,34 @@ impl CqlStore {
             Some(f) if !full => (f.from_ms, f.after.clone()),
             _ => (i64::MIN, None),
         };
-        let lane_i = lane_i32(*lane);
         let read = match after {
             Some(_) => want + CURSOR_SLACK,
             None => want + SKIP_ROOM.min(skip.len()),
         };
-        let read_i = i32::try_from(read).unwrap_or(i32::MAX);
-        let answer = match &after {
-            Some((due, id)) => {
-                let values = (lane_i, tenant, *sub, *due, id.as_slice(), now, read_i);
-                self.session
-                    .execute_unpaged(&self.jt.job_page_after, values)
-                    .await
-            }
-            None => {
-                let values = (lane_i, tenant, *sub, from, now, read_i);
-                self.session
-                    .execute_unpaged(&self.jt.job_page, values)
-                    .await
-            }
+        let page = PageRead {
+            q,
+            from,
+            after: after.as_ref(),
+            now,
+            read,
         };
-        let rows: Vec<(i64, Vec<u8>, Option<Vec<u8>>)> = answer
-            .map_err(unavailable)?
-            .into_rows_result()
-            .map_err(unavailable)?
-            .rows::<(i64, Vec<u8>, Option<Vec<u8>>)>()
-            .map_err(unavailable)?
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)?;
-
+        let (rows, from, whole) = match self.read_page(&page).await {
+            Ok(rows) => (rows, from, full),
+            Err(e) if full => {
+                let from = after_failed_full_scan(floor.as_ref(), now);
+                tracing::warn!(
+                    lane, tenant, subscription = %sub, error = %e,
+                    "a full scan of a queue failed (past the server's tombstone limit?): its jobs \
+                     are read from its floor, and the scan is tried again in 30 s"
+                );
+                (
+                    self.read_page(&PageRead { from, ..page }).await?,
+                    from,
+                    false,
+                )
+            }
+            Err(e) => return Err(e),
+        };
         let tail = rows.len() < read;
         let next = Floor {
             from_ms: match (&after, rows.first()) {
@@ -305,7 +329,7 @@ impl CqlStore {
         };
         if rows.is_empty() {
             self.keep_floor(&key, next, now, tail.then_some(now + QUIET_AT_MOST_MS));
-            if full && after.is_none() {
+            if whole && after.is_none() {
                 self.drop_if_empty(*lane, tenant, *sub, *touched_us).await?;
             }
             return Ok(DuePage::default());
@@ -346,6 +370,35 @@ impl CqlStore {
         self.keep_floor(&key, next, now, quiet.then_some(quiet_until));
         out.sort_by_key(|j| (j.due_at_ms, j.id));
         Ok(DuePage { jobs: out, more })
+    }
+
+    /// The rows of one page of a queue: due by `now`, from `from` or after `after`.
+    async fn read_page(&self, page: &PageRead<'_>) -> Result<Vec<PagedRow>, StoreError> {
+        let (lane, tenant, sub, _) = page.q;
+        let (lane_i, now) = (lane_i32(*lane), page.now);
+        let read_i = i32::try_from(page.read).unwrap_or(i32::MAX);
+        let answer = match page.after {
+            Some((due, id)) => {
+                let values = (lane_i, tenant, *sub, *due, id.as_slice(), now, read_i);
+                self.session
+                    .execute_unpaged(&self.jt.job_page_after, values)
+                    .await
+            }
+            None => {
+                let values = (lane_i, tenant, *sub, page.from, now, read_i);
+                self.session
+                    .execute_unpaged(&self.jt.job_page, values)
+                    .await
+            }
+        };
+        answer
+            .map_err(unavailable)?
+            .into_rows_result()
+            .map_err(unavailable)?
+            .rows::<PagedRow>()
+            .map_err(unavailable)?
+            .collect::<Result<_, _>>()
+            .map_err(unavailable)
     }
 
     /// The job of a paged row: what this process last wrote of it when that is the row read (a
@@ -420,5 +473,34 @@ impl CqlStore {
         }
         self.paging.forget_list(lane);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_di_1_a_queue_whose_full_scan_failed_is_read_from_its_floor() {
+        let now = 1_000_000;
+        assert_eq!(
+            after_failed_full_scan(None, now),
+            now - FLOOR_LAG_MS,
+            "never paged: as an empty queue"
+        );
+        let floor = Floor {
+            from_ms: now - 5_000,
+            ..Floor::unread()
+        };
+        assert_eq!(after_failed_full_scan(Some(&floor), now), now - 5_000);
+        let ahead = Floor {
+            from_ms: now + 5_000,
+            ..Floor::unread()
+        };
+        assert_eq!(
+            after_failed_full_scan(Some(&ahead), now),
+            now,
+            "never past now"
+        );
     }
 }
