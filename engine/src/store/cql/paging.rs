@@ -4,7 +4,10 @@
 //! walk them each time, each queue pages from a floor: the due time of the first live row seen
 //! last time (rows below it are gone). A job can appear below the floor — a replayed creation
 //! keeps its claim's time — so each queue is also paged from its start at least every
-//! `FULL_SCAN_EVERY_MS`: such a job waits at most that long, it is never lost.
+//! `FULL_SCAN_EVERY_MS`: such a job waits that long, and is never lost. A full scan walks the
+//! queue's tombstones not yet purged, and on a busy queue it can fail past the server's limit;
+//! then the queue is read from its floor and such a job waits for a scan that succeeds
+//! (`after_failed_full_scan`).
 //!
 //! Within a queue, a page goes on after the last row the previous page read (the lane holds
 //! those, or leased them: their rows stay in place), until a page comes back short — the queue's
