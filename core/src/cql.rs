@@ -272,16 +272,6 @@ impl LwtAnswer {
             _ => None,
         }
     }
-
-    /// The `uuid` column of every row that has one.
-    pub fn uuids(&self, name: &str) -> Vec<uuid::Uuid> {
-        self.column_of_rows(name)
-            .filter_map(|v| match v {
-                Some(CqlValue::Uuid(u)) => Some(*u),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]

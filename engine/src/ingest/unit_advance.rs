@@ -3,10 +3,10 @@
 //!
 //! A batch moves the unit's offset when the unit's last move is at least `every` old; otherwise
 //! it is written without one and its offset trails. A trailing offset is moved by an empty batch
-//! once it is `every` old (the shard wakes for it), or when the shard stops (one try). Only what a move made
-//! durable is committed to Kafka, so the committed position never passes the store's (R-IN-7);
-//! a crash replays what trailed, and dedup makes the replay a no-op. Where moves are free
-//! (`every` is `None`), every batch moves the offset, as before.
+//! once it is `every` old (the shard wakes for it), or when the shard stops (one try). Only what a
+//! move made durable is committed to Kafka, so the committed position never passes the store's
+//! (R-IN-7); a crash replays what trailed, and dedup makes the replay a no-op. Where moves are
+//! free (`every` is `None`), every batch moves the offset, as before.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

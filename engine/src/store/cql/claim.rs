@@ -125,32 +125,29 @@ impl CqlStore {
         i32::try_from(seconds).unwrap_or(i32::MAX)
     }
 
-    /// Writes the attempt's claims of `members` (one dedup partition), each at its `intent`.
+    /// Writes the attempt's claims of `members` (one dedup partition), each at its intended seq.
     async fn write_claims(
         &self,
         attempt: &Attempt<'_>,
         events: &[InboxEvent],
-        members: &[(usize, u64)],
+        intents: &[u64],
+        members: &[usize],
     ) -> Result<(), StoreError> {
         let ttl = Self::ttl(self.settings.dedup_ttl_s);
         let mut rows = Vec::with_capacity(members.len());
-        for &(i, intent) in members {
-            let e = &events[i];
+        for &i in members {
+            let (e, bucket) = (&events[i], id_bucket(&events[i].id));
             let row: BoxedRow<'_> = Box::new((
                 &e.tenant,
-                id_bucket(&e.id),
+                bucket,
                 e.id,
                 attempt.key,
                 attempt.origin_of(e),
                 attempt.claimed_at,
-                as_i64(intent)?,
+                as_i64(intents[i])?,
                 ttl,
             ));
-            rows.push((
-                Part::Dedup(&e.tenant, id_bucket(&e.id)),
-                &self.st.claim_dedup,
-                row,
-            ));
+            rows.push((Part::Dedup(&e.tenant, bucket), &self.st.claim_dedup, row));
         }
         self.in_batches(rows).await
     }
@@ -306,10 +303,8 @@ impl CqlStore {
         let (attempt_ref, intents_ref) = (&attempt, &intents);
         let claims: Vec<Vec<(usize, Claim)>> = futures::stream::iter(groups)
             .map(|members| async move {
-                let with_intent: Vec<(usize, u64)> =
-                    members.iter().map(|&i| (i, intents_ref[i])).collect();
                 let (_, judged) = futures::future::try_join(
-                    self.write_claims(attempt_ref, events, &with_intent),
+                    self.write_claims(attempt_ref, events, intents_ref, &members),
                     self.judge_partition(attempt_ref, events, &members),
                 )
                 .await?;

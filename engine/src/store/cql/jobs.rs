@@ -198,11 +198,7 @@ impl CqlStore {
         let now = now_ms();
         all(queues
             .into_iter()
-            .filter(|&(tenant, sub)| {
-                self.paging.queue_touched(batch.lane, tenant, sub);
-                self.touches.due(batch.lane, tenant, sub, now)
-            })
-            .map(|(tenant, sub)| self.touch_queue(batch.lane, tenant, sub)))
+            .map(|(tenant, sub)| self.touch_queue_unless_fresh(batch.lane, tenant, sub, now)))
         .await?;
         // Only first creations move the pending gauge: a replay (after a rebalance or a restart,
         // every batch since the last offset commit) writes rows that exist already, or that were
@@ -257,6 +253,22 @@ impl CqlStore {
             .zip(found)
             .filter_map(|(a, stored)| Some((a.index, stored?.event.received_at_ms)))
             .collect())
+    }
+
+    /// A job was created in the queue: touches its row unless this process did so lately
+    /// (`queue_touches.rs`); either way the lane's list is read again if it lacks the queue.
+    async fn touch_queue_unless_fresh(
+        &self,
+        lane: Lane,
+        tenant: &str,
+        sub: Uuid,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        if self.touches.due(lane, tenant, sub, now) {
+            return self.touch_queue(lane, tenant, sub).await;
+        }
+        self.paging.queue_touched(lane, tenant, sub);
+        Ok(())
     }
 
     pub(super) async fn touch_queue(

@@ -294,6 +294,8 @@ impl CqlStore {
             now,
             read,
         };
+        // `whole`: the page read the queue from its start. A failed full scan still counts as
+        // one for `full_scan_at_ms` below (tried again after the interval), never for a drop.
         let (rows, from, whole) = match self.read_page(&page).await {
             Ok(rows) => (rows, from, full),
             Err(e) if full => {
