@@ -21,7 +21,7 @@ pub async fn run_all(store: Arc<dyn Store>, ns: &str, first_lane: Lane) {
     a_cold_tenant_is_paged_beside_a_hot_backlog(&*store, ns, first_lane).await;
 }
 
-pub(super) fn attempt(success: bool, at_ms: i64) -> AttemptRecord {
+pub fn attempt(success: bool, at_ms: i64) -> AttemptRecord {
     AttemptRecord {
         at_ms,
         success,

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::collections::HashSet;
 
 use hub_engine::store::conformance::{event, run_all, write};
+use hub_engine::store::conformance_jobs::attempt;
 use hub_engine::store::cql::{CqlSettings, CqlStore};
 use hub_engine::store::{
     DeliveryStep, DueQuery, EventLog, Fence, Ingest, IngestBatch, Jobs, Lane, LaneHolds, Matches,
-    Store, StoreOps, UnitId,
+    Settled, Settlement, Store, StoreOps, UnitId,
 };
 use hub_tests::{report, require, unique, CQL};
 use scylla::client::session_builder::SessionBuilder;
@@ -702,5 +703,131 @@ async fn r_di_8_cql_jobs_written_leased_by_their_batch_count_only_for_their_proc
     assert!(
         !outcome.jobs_leased,
         "a lane not held here: written unleased"
+    );
+}
+
+/// R-DI-1 (the tombstone limit): a queue is paged from a floor, never again from its start, so
+/// a row that lands below the floor — a stalled batch's, a replay's, due minutes before it was
+/// written — is announced by its writer and read by its key. Its holder finds it and the
+/// announcement goes once the job is delivered; the holder writes down where the next holder
+/// starts (a minute behind its floor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_di_1_cql_a_row_written_below_its_queues_floor_is_announced_and_delivered() {
+    let (store, ns, lane) = jobs_store("cqllate").await;
+    let tenant = format!("{ns}-t");
+    let unit = UnitId::new(format!("lerian.streaming.{ns}"), 0);
+    let sub = uuid::Uuid::now_v7();
+    let (fence, _) = store.claim_unit(&unit).await.expect("claim unit");
+    let write = |ev: hub_engine::store::InboxEvent, next: i64| {
+        Arc::new(IngestBatch {
+            events: vec![ev],
+            matches: vec![Matches(vec![sub])],
+            lane,
+            next_offset: Some(next),
+            ..Default::default()
+        })
+    };
+    // Leased, then delivered: its row goes.
+    let deliver = |id: u128, now: i64| {
+        let store = &store;
+        async move {
+            let lease = DeliveryStep {
+                settle: vec![],
+                start: vec![id],
+                lease_until_ms: now + 60_000,
+                now_ms: now,
+                recovery_limit: 5,
+            };
+            store.delivery_step(lease).await.expect("lease");
+            let settled = Settled::Delivered(attempt(true, now));
+            let done = DeliveryStep {
+                settle: vec![Settlement { job: id, settled }],
+                start: vec![],
+                lease_until_ms: now,
+                now_ms: now,
+                recovery_limit: 5,
+            };
+            store.delivery_step(done).await.expect("deliver");
+        }
+    };
+    // A fresh job, paged and delivered: the queue's floor is now a few seconds behind.
+    let mut fresh = event(&tenant, "x.created");
+    fresh.received_at_ms = hub_engine::clock::now_ms();
+    store
+        .write_batch(&unit, fence, write(fresh.clone(), 1))
+        .await
+        .expect("write fresh");
+    let now = hub_engine::clock::now_ms();
+    let jobs = due_of(&store, lane, now).await;
+    assert_eq!(jobs.len(), 1);
+    deliver(jobs[0].id, now).await;
+    let session = SessionBuilder::new()
+        .known_node(CQL)
+        .build()
+        .await
+        .expect("session");
+    let hint: Option<(i64,)> = session
+        .query_unpaged(
+            "SELECT floor_ms FROM hub_it.queue_floors WHERE lane = ? AND tenant = ? \
+             AND subscription = ?",
+            (lane as i32, &tenant, sub),
+        )
+        .await
+        .expect("read hint")
+        .into_rows_result()
+        .expect("rows")
+        .maybe_first_row()
+        .expect("row");
+    let hint = hint.expect("a hint written at the first page").0;
+    assert!(
+        hint <= now - 60_000 && hint > now - 120_000,
+        "a minute behind the floor: {} ms",
+        now - hint
+    );
+
+    // A stalled batch: its event was received two minutes ago, its job row written now.
+    let mut stalled = event(&tenant, "x.created");
+    stalled.received_at_ms = hub_engine::clock::now_ms() - 120_000;
+    stalled.offset = 1;
+    store
+        .write_batch(&unit, fence, write(stalled.clone(), 2))
+        .await
+        .expect("write stalled");
+    let announced = || async {
+        session
+            .query_unpaged(
+                "SELECT id FROM hub_it.late_jobs WHERE lane = ?",
+                (lane as i32,),
+            )
+            .await
+            .expect("read announcements")
+            .into_rows_result()
+            .expect("rows")
+            .rows_num()
+    };
+    assert_eq!(announced().await, 1, "the late row is announced");
+    let mut found = Vec::new();
+    for _ in 0..40 {
+        found = due_of(&store, lane, hub_engine::clock::now_ms()).await;
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(found.len(), 1, "found by its announcement, once");
+    assert_eq!(found[0].event_id, stalled.id);
+    let now = hub_engine::clock::now_ms();
+    deliver(found[0].id, now).await;
+    for _ in 0..40 {
+        due_of(&store, lane, hub_engine::clock::now_ms()).await;
+        if announced().await == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(announced().await, 0, "the announcement goes with its row");
+    report(
+        "cassandra",
+        &format!("{CQL}: a job row written two minutes late was announced, found and delivered"),
     );
 }

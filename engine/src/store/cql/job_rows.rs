@@ -62,7 +62,7 @@ impl CqlStore {
             .execute_unpaged(stmt, row)
             .await
             .map_err(unavailable)?;
-        Ok(())
+        self.announce_if_late([job]).await
     }
 
     /// The statement that writes `job`'s row (at `row_due_ms`, holding the job) or deletes it.
@@ -168,6 +168,10 @@ impl CqlStore {
             })
             .collect();
         self.in_units(units).await?;
+        let moved = writes
+            .iter()
+            .filter(|(before, after)| before.row_due_ms != after.row_due_ms);
+        self.announce_if_late(moved.map(|(_, after)| after)).await?;
         for (_, a) in writes {
             self.known.put(a.clone());
         }

@@ -14,6 +14,7 @@ pub struct JobStatements {
     pub job_delete: PreparedStatement,
     pub job_page: PreparedStatement,
     pub job_page_after: PreparedStatement,
+    /// A queue's first row from a due time on.
     pub job_any: PreparedStatement,
     pub queue_touch: PreparedStatement,
     pub queue_list: PreparedStatement,
@@ -80,7 +81,7 @@ impl JobStatements {
             .await?,
             job_any: p(
                 "SELECT due_ms FROM queued_jobs WHERE lane = ? AND tenant = ? \
-                 AND subscription = ? LIMIT 1",
+                 AND subscription = ? AND due_ms >= ? LIMIT 1",
                 Plain,
             )
             .await?,

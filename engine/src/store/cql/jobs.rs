@@ -184,6 +184,10 @@ impl CqlStore {
         self.in_units(rows).await?;
         #[cfg(feature = "conformance")]
         self.crash_point()?;
+        // A replay's rows are due at the first receipt, a stalled batch's long ago: below the
+        // floor their queue's holder pages from, unless announced.
+        self.announce_if_late(stored.iter().map(|(job, _)| job))
+            .await?;
         // A first creation is the stored truth (nothing else wrote these jobs yet); a replay's
         // may have lost to later writes.
         for (first, (job, _)) in firsts.into_iter().zip(stored) {

@@ -67,7 +67,8 @@ impl Holds {
         self.until(lane).is_some_and(|u| u > now)
     }
 
-    fn until(&self, lane: Lane) -> Option<i64> {
+    /// When this process's hold on `lane` ends, if it holds it.
+    pub fn until(&self, lane: Lane) -> Option<i64> {
         self.held.lock().ok().and_then(|h| h.get(&lane).copied())
     }
 
@@ -156,6 +157,7 @@ impl CqlStore {
             // held it.
             self.known.forget_lane(lane);
             self.stats_rows.forget_lane(lane);
+            self.late_reads.forget_lane(lane);
             tracing::debug!(lane, "holding a delivery lane");
         }
         self.holds.set(lane, Some(until));

@@ -15,7 +15,9 @@
 //! - **Forensics**: quarantine and DLQ rows claimed once per Kafka position. See `forensics.rs`.
 //! - **Jobs** (R-DI-1): written after their event's append, before the unit's offset; moved and
 //!   settled in a crash-safe order (`jobs.rs`), paged per queue from a floor (`paging.rs`) by the
-//!   engine holding the lane (`lanes.rs`); dead letters and per-lane statistics in `outcomes.rs`.
+//!   engine holding the lane (`lanes.rs`), never through the tombstones below it (rows that may
+//!   lie there are announced: `late_rows.rs`; a new holder starts from a hint: `floor_hints.rs`);
+//!   dead letters and per-lane statistics in `outcomes.rs`.
 //!
 //! The order of writes in a batch is fence check → (claims → appends → jobs, and forensics
 //! alongside) → unit offset, so the offset moves last and only after everything before it is
@@ -26,6 +28,7 @@ mod concurrently;
 mod counted;
 mod counts;
 mod fence_sightings;
+mod floor_hints;
 mod forensics;
 mod job_events;
 mod job_rows;
@@ -33,6 +36,7 @@ mod job_statements;
 mod job_step;
 mod jobs;
 mod lanes;
+mod late_rows;
 mod log;
 mod lwt;
 mod outcomes;
@@ -122,6 +126,9 @@ pub struct CqlStore {
     jt: JobStatements,
     pt: pull::PullStatements,
     rt: relay::RelayStatements,
+    // Boxed, as every future that connects a store holds the store.
+    lt: Box<late_rows::LateStatements>,
+    ht: Box<floor_hints::HintStatements>,
     settings: CqlSettings,
     /// The delivery lanes this process holds.
     holds: lanes::Holds,
@@ -131,6 +138,7 @@ pub struct CqlStore {
     stats_rows: outcomes::StatsRows,
     count_moves: counts::CountMoves,
     paging: paging::PagingState,
+    late_reads: late_rows::LateReads,
     touches: queue_touches::QueueTouches,
     fences: fence_sightings::FenceSightings,
     /// The events appended last, encoded (see `recent.rs`).
@@ -219,6 +227,8 @@ impl CqlStore {
         )
         .await
         .map_err(StoreError::Unavailable)?;
+        let lt = Box::new(Box::pin(late_rows::LateStatements::prepare_all(&session)).await?);
+        let ht = Box::new(Box::pin(floor_hints::HintStatements::prepare_all(&session)).await?);
         let st = Statements::prepare_all(&session).await?;
         // Boxed: dozens of statements prepared in one future make every caller's future large.
         let jt = Box::pin(JobStatements::prepare_all(&session)).await?;
@@ -231,12 +241,15 @@ impl CqlStore {
             jt,
             pt,
             rt,
+            lt,
+            ht,
             settings,
             holds: lanes::Holds::new(),
             known: jobs::Known::default(),
             stats_rows: outcomes::StatsRows::default(),
             count_moves: counts::CountMoves::default(),
             paging: paging::PagingState::default(),
+            late_reads: late_rows::LateReads::default(),
             touches: queue_touches::QueueTouches::default(),
             fences: fence_sightings::FenceSightings::default(),
             heads: Mutex::new(HashMap::new()),

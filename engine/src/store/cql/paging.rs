@@ -1,13 +1,15 @@
 //! Paging due jobs (CQL): per lane, per queue (tenant, subscription), by due time.
 //!
-//! Settled jobs leave tombstones at the front of their queue's partition. So that a page does not
-//! walk them each time, each queue pages from a floor: the due time of the first live row seen
-//! last time (rows below it are gone). A job can appear below the floor — a replayed creation
-//! keeps its claim's time — so each queue is also paged from its start at least every
-//! `FULL_SCAN_EVERY_MS`: such a job waits that long, and is never lost. A full scan walks the
-//! queue's tombstones not yet purged, and on a busy queue it can fail past the server's limit;
-//! then the queue is read from its floor and such a job waits for a scan that succeeds
-//! (`after_failed_full_scan`).
+//! Settled jobs leave tombstones at the front of their queue's partition for an hour, and a read
+//! through them fails past the server's limit (Cassandra's `tombstone_failure_threshold`,
+//! 100,000: a queue taking 220 events/s gets there in six minutes). So a queue is never read from
+//! its start once it has a floor: the due time of the first live row seen last time, and at most
+//! `FLOOR_TRAILS_MS` behind the time of that page. A row can appear below a floor only if it became
+//! readable more than that after its due time (a replayed creation, a stalled batch); its writer
+//! announces it and the holder reads it by its key (`late_rows.rs`). A queue this process has not
+//! paged starts from its hint, the floor its last holder wrote down (`floor_hints.rs`), or from
+//! its start when it has none; if that read fails, from a minute back, and the read from the
+//! start is tried again every `WHOLE_AGAIN_MS` (`after_failed_whole_read`).
 //!
 //! Within a queue, a page goes on after the last row the previous page read (the lane holds
 //! those, or leased them: their rows stay in place), until a page comes back short — the queue's
@@ -29,17 +31,19 @@ use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
 use super::concurrently::all;
+use super::floor_hints::{hint_due, hint_for};
 use super::jobs::{id_of, lane_i32, StoredJob};
+use super::late_rows::FLOOR_TRAILS_MS;
 use super::queue_touches::IDLE_BEFORE_DROP_MS;
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::codec::decode;
 use crate::store::{DuePage, DueQuery, Lane, StoreError};
 
-const FULL_SCAN_EVERY_MS: i64 = 30_000;
-/// How far behind `now` the floor of a queue with nothing due may move up to: a job created now
-/// carries its claim's time, a little earlier.
-const FLOOR_LAG_MS: i64 = 60_000;
+/// How often a failed read of a queue from its start is tried again.
+const WHOLE_AGAIN_MS: i64 = 30_000;
+/// How far back a queue never paged is read when its read from the start failed.
+const FALLBACK_BACK_MS: i64 = 60_000;
 /// Queues paged at once.
 const QUEUES_AT_ONCE: usize = 16;
 /// Extra rows read per queue past `per_tenant`, for the caller's held jobs to be skipped.
@@ -55,7 +59,13 @@ const QUIET_AT_MOST_MS: i64 = 2_000;
 #[derive(Debug, Clone)]
 struct Floor {
     from_ms: i64,
-    full_scan_at_ms: i64,
+    /// Not paged by this process yet: the next page starts from the queue's hint.
+    unread: bool,
+    /// When a failed read from the queue's start is tried again (`i64::MAX`: none failed).
+    whole_again_at_ms: i64,
+    /// The hint this process last read or wrote for the queue (`i64::MIN`: none), and when.
+    hint_ms: i64,
+    hint_at_ms: i64,
     /// The last row the previous page read, when it was not the queue's tail.
     after: Option<(i64, Vec<u8>)>,
     /// While `now` is before this, nothing of the queue is due that this process does not know
@@ -72,11 +82,14 @@ struct Floor {
 }
 
 impl Floor {
-    /// A queue to read from its start at its next page.
+    /// A queue to read from its hint at its next page.
     fn unread() -> Self {
         Self {
             from_ms: i64::MIN,
-            full_scan_at_ms: i64::MIN,
+            unread: true,
+            whole_again_at_ms: i64::MAX,
+            hint_ms: i64::MIN,
+            hint_at_ms: i64::MIN,
             after: None,
             quiet_until_ms: i64::MIN,
             wake_at_ms: i64::MAX,
@@ -99,16 +112,16 @@ struct PageRead<'a> {
     read: usize,
 }
 
-/// Where a queue is read from when its full scan failed. A full scan walks the tombstones every
-/// delivered job leaves until the server purges them (`gc_grace_seconds`, an hour): past the
-/// server's limit (Cassandra's `tombstone_failure_threshold`, 100,000) it fails, and it failed
-/// the lane's whole page at every poll — a queue taking 220 events/s got there in six minutes
-/// of a steady run, and 6,000 deliveries of its lane then waited on pages that never came. So
-/// the queue is read from its floor (never paged: as an empty one, `FLOOR_LAG_MS` back), and the
-/// scan tried again after `FULL_SCAN_EVERY_MS`; a job below the floor waits for a scan that
-/// succeeds (never lost), and a queue is never dropped on such a page.
-fn after_failed_full_scan(floor: Option<&Floor>, now: i64) -> i64 {
-    floor.map_or(now - FLOOR_LAG_MS, |f| f.from_ms.min(now))
+/// Where a queue is read from when its read from the start failed (a queue with no hint, past
+/// the server's tombstone limit: one written before hints were, or whose hint lapsed): from its
+/// floor if it has one, else `FALLBACK_BACK_MS` back. A job below that waits for a read from the
+/// start that succeeds, tried again after `WHOLE_AGAIN_MS` (never lost); a queue is never dropped
+/// on such a page, nor is a hint written from it.
+fn after_failed_whole_read(floor: Option<&Floor>, now: i64) -> i64 {
+    match floor {
+        Some(f) if f.from_ms != i64::MIN => f.from_ms.min(now),
+        _ => now - FALLBACK_BACK_MS,
+    }
 }
 
 /// Rows read past `want` when going on after a cursor (a few may be held by the lane).
@@ -130,6 +143,10 @@ struct Listed {
 }
 
 type Queue = (Lane, String, Uuid, Option<i64>);
+
+/// Where a page of a queue starts: the floor, the last page's cursor, and the queue's hint as
+/// this process last read or wrote it, with when.
+type PageStart = (i64, Option<(i64, Vec<u8>)>, (i64, i64));
 
 impl PagingState {
     /// A job was just written to a queue of `lane` by this process: list the lane again at the
@@ -205,6 +222,16 @@ impl CqlStore {
         // caller's) only says which jobs are due.
         let clock = now_ms();
         let held = self.hold_lanes(&query.lanes, clock).await?;
+        // Rows that may lie below their queue's floor, by their keys (`late_rows.rs`).
+        let late = all(held.iter().map(|&lane| self.late_due(lane, query, clock))).await?;
+        let mut out = DuePage::default();
+        let mut served_late = HashSet::new();
+        for page in late {
+            out.jobs.extend(page.jobs);
+            out.more |= page.more;
+            served_late.extend(page.queues);
+        }
+        let late_found = !out.jobs.is_empty();
         let mut queues: Vec<Queue> = Vec::new();
         let listed = all(held.iter().map(|&lane| async move {
             if let Some(queues) = self.paging.listed(lane, clock) {
@@ -218,13 +245,18 @@ impl CqlStore {
         for (lane, found) in listed {
             queues.extend(found.into_iter().map(|(t, s, w)| (lane, t, s, w)));
         }
+        if !served_late.is_empty() {
+            // Paged from its floor at the next page (`more`).
+            let before = queues.len();
+            queues.retain(|(l, t, s, _)| !served_late.contains(&(*l, t.clone(), *s)));
+            out.more |= queues.len() < before;
+        }
         if queues.is_empty() {
-            return Ok(DuePage::default());
+            return Ok(out);
         }
         queues.sort_unstable_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
         let start = (query.rotation % queues.len() as u64) as usize;
         queues.rotate_left(start);
-        let mut out = DuePage::default();
         for chunk in queues.chunks(QUEUES_AT_ONCE) {
             if out.jobs.len() >= limit {
                 // Queues not read may hold due jobs.
@@ -248,6 +280,11 @@ impl CqlStore {
                 out.jobs.extend(page.jobs.into_iter().take(room));
             }
         }
+        if late_found {
+            // A late row above its queue's floor was paged twice.
+            let mut seen = HashSet::new();
+            out.jobs.retain(|j| seen.insert(j.id));
+        }
         Ok(out)
     }
 
@@ -261,7 +298,7 @@ impl CqlStore {
         want: usize,
         skip: &HashSet<u128>,
     ) -> Result<DuePage, StoreError> {
-        let (lane, tenant, sub, touched_us) = q;
+        let (lane, tenant, sub, _) = q;
         let key = (*lane, tenant.clone(), *sub);
         let floor = self
             .paging
@@ -269,19 +306,10 @@ impl CqlStore {
             .lock()
             .ok()
             .and_then(|f| f.get(&key).cloned());
-        let full = floor.as_ref().is_none_or(|f| {
-            clock.saturating_sub(f.full_scan_at_ms) >= FULL_SCAN_EVERY_MS || f.from_ms > now
-        });
         let lane_wakes = self.paging.wakes_of(*lane);
-        let quiet = floor.as_ref().is_some_and(|f| {
-            now < f.quiet_until_ms.min(f.wake_at_ms) && f.lane_wakes == lane_wakes
-        });
-        if quiet && !full {
-            return Ok(DuePage::default());
-        }
-        let (from, after) = match &floor {
-            Some(f) if !full => (f.from_ms, f.after.clone()),
-            _ => (i64::MIN, None),
+        let (from, after, hint) = match self.page_start(q, floor.as_ref(), now, clock).await? {
+            Some(start) => start,
+            None => return Ok(DuePage::default()),
         };
         let read = match after {
             Some(_) => want + CURSOR_SLACK,
@@ -294,36 +322,41 @@ impl CqlStore {
             now,
             read,
         };
-        // `whole`: the page read the queue from its start. A failed full scan still counts as
-        // one for `full_scan_at_ms` below (tried again after the interval), never for a drop.
-        let (rows, from, whole) = match self.read_page(&page).await {
-            Ok(rows) => (rows, from, full),
-            Err(e) if full => {
-                let from = after_failed_full_scan(floor.as_ref(), now);
+        let (rows, from, whole_failed) = match self.read_page(&page).await {
+            Ok(rows) => (rows, from, false),
+            Err(e) if from == i64::MIN => {
+                let from = after_failed_whole_read(floor.as_ref(), now);
                 tracing::warn!(
                     lane, tenant, subscription = %sub, error = %e,
-                    "a full scan of a queue failed (past the server's tombstone limit?): its jobs \
-                     are read from its floor, and the scan is tried again in 30 s"
+                    "a read of a queue from its start failed (past the server's tombstone \
+                     limit?): its jobs are read from a minute back, and the read from the start \
+                     is tried again in 30 s"
                 );
                 (
                     self.read_page(&PageRead { from, ..page }).await?,
                     from,
-                    false,
+                    true,
                 )
             }
             Err(e) => return Err(e),
         };
         let tail = rows.len() < read;
-        let next = Floor {
+        // Behind the page's time on this process's clock, whatever the caller's `now` says.
+        let trails = now.min(clock) - FLOOR_TRAILS_MS;
+        let mut next = Floor {
             from_ms: match (&after, rows.first()) {
                 (Some(_), _) => from,
-                (None, Some((due, _, _))) => *due,
-                (None, None) => from.max(now - FLOOR_LAG_MS),
+                (None, Some((due, _, _))) => (*due).min(trails).max(from),
+                (None, None) => from.max(trails),
             },
-            full_scan_at_ms: match &floor {
-                Some(f) if !full => f.full_scan_at_ms,
-                _ => clock,
+            unread: false,
+            whole_again_at_ms: if whole_failed {
+                clock + WHOLE_AGAIN_MS
+            } else {
+                i64::MAX
             },
+            hint_ms: hint.0,
+            hint_at_ms: hint.1,
             after: (!tail)
                 .then(|| rows.last().map(|(due, id, _)| (*due, id.clone())))
                 .flatten(),
@@ -332,19 +365,82 @@ impl CqlStore {
             lane_wakes,
             writes: floor.as_ref().map_or(0, |f| f.writes),
         };
-        if rows.is_empty() {
-            self.keep_floor(&key, next, now, tail.then_some(now + QUIET_AT_MOST_MS));
-            if whole && after.is_none() {
-                self.drop_if_empty(*lane, tenant, *sub, *touched_us).await?;
-            }
-            return Ok(DuePage::default());
+        // A floor from a failed read is a guess: no hint comes of it.
+        let hint_now = hint_for(next.from_ms, clock);
+        let write_hint = !whole_failed && hint_due(next.hint_ms, next.hint_at_ms, hint_now, clock);
+        if write_hint {
+            (next.hint_ms, next.hint_at_ms) = (hint_now, clock);
         }
+        let page_out = if rows.is_empty() {
+            self.keep_floor(&key, next, now, tail.then_some(now + QUIET_AT_MOST_MS));
+            if tail && after.is_none() && !whole_failed {
+                self.drop_if_empty(q, from).await?;
+            }
+            DuePage::default()
+        } else {
+            self.due_of_page(&key, next, rows, now, want, skip, tail, after.is_some())?
+        };
+        if write_hint {
+            if let Err(e) = self.write_floor_hint(*lane, tenant, *sub, hint_now).await {
+                tracing::warn!(lane, tenant, subscription = %sub, error = %e,
+                    "a queue's floor hint was not written: its next holder starts further back");
+            }
+        }
+        Ok(page_out)
+    }
 
+    /// Where a queue's page starts: `(from, after, (hint, hint read or written at))`; `None` when
+    /// the queue is quiet and need not be read. A queue this process has not paged starts from
+    /// its hint (its start without one); after a failed read from the start, from the start
+    /// again once `WHOLE_AGAIN_MS` passed; else from its floor, or after the last page's cursor.
+    async fn page_start(
+        &self,
+        q: &Queue,
+        floor: Option<&Floor>,
+        now: i64,
+        clock: i64,
+    ) -> Result<Option<PageStart>, StoreError> {
+        let (lane, tenant, sub, _) = q;
+        let Some(f) = floor.filter(|f| !f.unread) else {
+            let hint = self.floor_hint(*lane, tenant, *sub).await?;
+            let from = hint.unwrap_or(i64::MIN);
+            return Ok(Some((
+                from,
+                None,
+                hint.map_or((i64::MIN, i64::MIN), |h| (h, clock)),
+            )));
+        };
+        let hint = (f.hint_ms, f.hint_at_ms);
+        // The caller's `now` before the floor (a clock set back): read it all.
+        if clock >= f.whole_again_at_ms || f.from_ms > now {
+            return Ok(Some((i64::MIN, None, hint)));
+        }
+        let lane_wakes = self.paging.wakes_of(*lane);
+        let quiet = now < f.quiet_until_ms.min(f.wake_at_ms) && f.lane_wakes == lane_wakes;
+        if quiet {
+            return Ok(None);
+        }
+        Ok(Some((f.from_ms, f.after.clone(), hint)))
+    }
+
+    /// The due jobs among a page's rows, keeping the queue's floor.
+    #[allow(clippy::too_many_arguments)]
+    fn due_of_page(
+        &self,
+        key: &(Lane, String, Uuid),
+        next: Floor,
+        rows: Vec<PagedRow>,
+        now: i64,
+        want: usize,
+        skip: &HashSet<u128>,
+        tail: bool,
+        went_on: bool,
+    ) -> Result<DuePage, StoreError> {
         let me = self.holds.owner;
         let mut out = Vec::new();
         // Rows past those read, or, for a page that went on from the last one's cursor, rows
         // before it that the last page passed over: the next page starts from the floor.
-        let mut more = !tail || after.is_some();
+        let mut more = !tail || went_on;
         // Quiet at most until the first lease of ours on the page runs out.
         let mut quiet_until = now + QUIET_AT_MOST_MS;
         for (due, id, job) in rows {
@@ -372,7 +468,7 @@ impl CqlStore {
         // Rows skipped because the lane holds their jobs count as quiet too: the lane leases
         // them, or lets them go and a page within `QUIET_AT_MOST_MS` finds them again.
         let quiet = tail && out.is_empty();
-        self.keep_floor(&key, next, now, quiet.then_some(quiet_until));
+        self.keep_floor(key, next, now, quiet.then_some(quiet_until));
         out.sort_by_key(|j| (j.due_at_ms, j.id));
         Ok(DuePage { jobs: out, more })
     }
@@ -408,7 +504,7 @@ impl CqlStore {
 
     /// The job of a paged row: what this process last wrote of it when that is the row read (a
     /// write of ours may be under way), else the row's.
-    fn paged_job(
+    pub(super) fn paged_job(
         &self,
         due: i64,
         id: u128,
@@ -447,36 +543,35 @@ impl CqlStore {
     /// Deletes a queue with no jobs at all and untouched for `IDLE_BEFORE_DROP_MS` — only the
     /// version of it that was read (`USING TIMESTAMP` of its `touched`): a job created meanwhile
     /// touched it later and keeps it, or (`queue_touches.rs`) skipped its touch because its
-    /// creator touched it less than 20 s before, which the idle time rules out.
-    async fn drop_if_empty(
-        &self,
-        lane: Lane,
-        tenant: &str,
-        sub: Uuid,
-        touched_us: Option<i64>,
-    ) -> Result<(), StoreError> {
-        let Some(touched_us) = touched_us else {
+    /// creator touched it less than 20 s before, which the idle time rules out. "No jobs": none
+    /// from the floor `from` on (due or not), and none below it that an announcement names.
+    async fn drop_if_empty(&self, q: &Queue, from: i64) -> Result<(), StoreError> {
+        let (lane, tenant, sub, touched_us) = q;
+        let Some(touched_us) = *touched_us else {
             return Ok(());
         };
         if now_ms().saturating_mul(1_000) - touched_us < IDLE_BEFORE_DROP_MS * 1_000 {
             return Ok(());
         }
-        let lane_i = lane_i32(lane);
+        if self.late_reads.names(*lane, tenant, *sub) {
+            return Ok(());
+        }
+        let lane_i = lane_i32(*lane);
         let any: Option<(i64,)> = self
-            .first_row(&self.jt.job_any, (lane_i, tenant, sub))
+            .first_row(&self.jt.job_any, (lane_i, tenant, *sub, from))
             .await?;
         if any.is_some() {
             return Ok(());
         }
         self.session
-            .execute_unpaged(&self.jt.queue_drop, (touched_us, lane_i, tenant, sub))
+            .execute_unpaged(&self.jt.queue_drop, (touched_us, lane_i, tenant, *sub))
             .await
             .map_err(unavailable)?;
-        self.touches.dropped(lane, tenant, sub);
+        self.touches.dropped(*lane, tenant, *sub);
         if let Ok(mut f) = self.paging.floors.lock() {
-            f.remove(&(lane, tenant.to_owned(), sub));
+            f.remove(&(*lane, tenant.clone(), *sub));
         }
-        self.paging.forget_list(lane);
+        self.paging.forget_list(*lane);
         Ok(())
     }
 }
@@ -486,24 +581,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn r_di_1_a_queue_whose_full_scan_failed_is_read_from_its_floor() {
+    fn r_di_1_a_queue_whose_read_from_its_start_failed_is_read_from_a_minute_back() {
         let now = 1_000_000;
         assert_eq!(
-            after_failed_full_scan(None, now),
-            now - FLOOR_LAG_MS,
-            "never paged: as an empty queue"
+            after_failed_whole_read(None, now),
+            now - FALLBACK_BACK_MS,
+            "never paged"
+        );
+        assert_eq!(
+            after_failed_whole_read(Some(&Floor::unread()), now),
+            now - FALLBACK_BACK_MS,
+            "never paged, a row written meanwhile"
         );
         let floor = Floor {
             from_ms: now - 5_000,
+            unread: false,
             ..Floor::unread()
         };
-        assert_eq!(after_failed_full_scan(Some(&floor), now), now - 5_000);
+        assert_eq!(after_failed_whole_read(Some(&floor), now), now - 5_000);
         let ahead = Floor {
             from_ms: now + 5_000,
+            unread: false,
             ..Floor::unread()
         };
         assert_eq!(
-            after_failed_full_scan(Some(&ahead), now),
+            after_failed_whole_read(Some(&ahead), now),
             now,
             "never past now"
         );
