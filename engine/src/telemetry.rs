@@ -307,6 +307,9 @@ pub struct Metrics {
     /// been asleep with work (`runtime::nudge`): a rate well above a few a second per shard
     /// while idle says glommio's parking bug is being worked around often.
     pub shard_wakes: Counter,
+    /// `streaming_hub_shard_interrupts_total`: of those, wakes by a signal, sent when a wake
+    /// through the shard's channel stayed untaken (the shard parked again before taking it).
+    pub shard_interrupts: Counter,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -373,6 +376,12 @@ impl Metrics {
             "shard_wakes",
             "Wakes sent from outside to a shard that might be asleep with work",
             shard_wakes.clone(),
+        );
+        let shard_interrupts = Counter::default();
+        registry.register(
+            "shard_interrupts",
+            "Wakes by a signal, sent when a shard left a wake through its channel untaken",
+            shard_interrupts.clone(),
         );
         registry.register(
             "ingest_backpressure",
@@ -449,6 +458,7 @@ impl Metrics {
             delivery_lag_seconds,
             backpressure_bound,
             shard_wakes,
+            shard_interrupts,
         }
     }
 

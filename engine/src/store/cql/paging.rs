@@ -307,7 +307,8 @@ impl CqlStore {
             .ok()
             .and_then(|f| f.get(&key).cloned());
         let lane_wakes = self.paging.wakes_of(*lane);
-        let (from, after, hint) = match self.page_start(q, floor.as_ref(), now, clock).await? {
+        let start = self.page_start(q, floor.as_ref(), lane_wakes, now, clock);
+        let (from, after, hint) = match start.await? {
             Some(start) => start,
             None => return Ok(DuePage::default()),
         };
@@ -397,6 +398,7 @@ impl CqlStore {
         &self,
         q: &Queue,
         floor: Option<&Floor>,
+        lane_wakes: u64,
         now: i64,
         clock: i64,
     ) -> Result<Option<PageStart>, StoreError> {
@@ -415,7 +417,6 @@ impl CqlStore {
         if clock >= f.whole_again_at_ms || f.from_ms > now {
             return Ok(Some((i64::MIN, None, hint)));
         }
-        let lane_wakes = self.paging.wakes_of(*lane);
         let quiet = now < f.quiet_until_ms.min(f.wake_at_ms) && f.lane_wakes == lane_wakes;
         if quiet {
             return Ok(None);
