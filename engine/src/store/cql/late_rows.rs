@@ -29,9 +29,9 @@ use crate::clock::now_ms;
 use crate::store::{DueQuery, JobRecord, Lane, StoreError};
 
 /// A row written this long after its due time is announced.
-pub(super) const LATE_AFTER_MS: i64 = 5_000;
+pub(super) const LATE_AFTER_MS: i64 = 2_000;
 /// How far behind the time of the page that set it a floor stays, at least.
-pub(super) const FLOOR_TRAILS_MS: i64 = 6_000;
+pub(super) const FLOOR_TRAILS_MS: i64 = 3_000;
 const _: () = assert!(FLOOR_TRAILS_MS >= LATE_AFTER_MS + 1_000);
 /// How often a holder reads its lanes' announcements.
 const READ_EVERY_MS: i64 = 5_000;
