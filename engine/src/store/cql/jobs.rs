@@ -4,13 +4,15 @@
 //! (`queued_jobs`: the row's key is the job's place in the due order, its value a [`StoredJob`]),
 //! so every change of a job is one write to one partition and none can be half done:
 //!
-//! - **create**: the job rows, then the queue's `touched` (unless this process touched it in the
-//!   last 20 s: `queue_touches.rs`) — after the event's append and before the unit's offset moves
-//!   (a committed offset implies its jobs exist). Creation rows are written
-//!   `USING TIMESTAMP` of the event's dedup claim, so a replay writing them again can never undo a
-//!   later lease, move or delete (a newer timestamp always wins). A replayed event's jobs take the
-//!   stored copy's `received_at_ms`, so a replay writes byte for byte the rows of the first
-//!   attempt: rows of equal timestamp and different keys would be two jobs.
+//! - **create**: the job rows, then an announcement of each row written late (`late_rows.rs`: a
+//!   replay's, a stalled batch's, which may lie below the floor its queue is paged from), then the
+//!   queue's `touched` (unless this process touched it in the last 20 s: `queue_touches.rs`) —
+//!   after the event's append and before the unit's offset moves (a committed offset implies its
+//!   jobs exist). Creation rows are written `USING TIMESTAMP` of the event's dedup claim, so a
+//!   replay writing them again can never undo a later lease, move or delete (a newer timestamp
+//!   always wins). A replayed event's jobs take the stored copy's `received_at_ms`, so a replay
+//!   writes byte for byte the rows of the first attempt: rows of equal timestamp and different
+//!   keys would be two jobs.
 //! - **lease**: the row rewritten in place: `starts + 1`, the lease's end, and who leased it.
 //!   Paging passes over a job leased by this process until the lease ends. A lease taken by
 //!   another process (a lane's earlier holder) counts for nothing: the job is due again at once,

@@ -231,7 +231,6 @@ impl CqlStore {
             out.more |= page.more;
             served_late.extend(page.queues);
         }
-        let late_found = !out.jobs.is_empty();
         let mut queues: Vec<Queue> = Vec::new();
         let listed = all(held.iter().map(|&lane| async move {
             if let Some(queues) = self.paging.listed(lane, clock) {
@@ -246,7 +245,8 @@ impl CqlStore {
             queues.extend(found.into_iter().map(|(t, s, w)| (lane, t, s, w)));
         }
         if !served_late.is_empty() {
-            // Paged from its floor at the next page (`more`).
+            // Paged from its floor at the next page (`more`): a queue's announced jobs and its
+            // page from the floor would make twice its share, and could name one job twice.
             let before = queues.len();
             queues.retain(|(l, t, s, _)| !served_late.contains(&(*l, t.clone(), *s)));
             out.more |= queues.len() < before;
@@ -279,11 +279,6 @@ impl CqlStore {
                 out.more |= page.more || page.jobs.len() > room;
                 out.jobs.extend(page.jobs.into_iter().take(room));
             }
-        }
-        if late_found {
-            // A late row above its queue's floor was paged twice.
-            let mut seen = HashSet::new();
-            out.jobs.retain(|j| seen.insert(j.id));
         }
         Ok(out)
     }
