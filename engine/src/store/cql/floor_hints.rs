@@ -7,13 +7,10 @@
 //! Sound because a hint is at most a floor its writer paged from, taken a minute back: a live row
 //! below it is one that floor passed, which it does only to a row announced (`late_rows.rs`).
 
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
 use uuid::Uuid;
 
 use super::jobs::lane_i32;
 use super::late_rows::FLOOR_TRAILS_MS;
-use super::statements::{prepare, Kind};
 use super::{unavailable, CqlStore};
 use crate::store::{Lane, StoreError};
 
@@ -36,33 +33,6 @@ pub(super) fn hint_due(last: i64, last_at: i64, hint: i64, clock: i64) -> bool {
     (hint >= last.saturating_add(HINT_STEP_MS) && since >= HINT_STEP_MS) || since >= HINT_REFRESH_MS
 }
 
-#[derive(Debug)]
-pub(super) struct HintStatements {
-    read: PreparedStatement,
-    write: PreparedStatement,
-}
-
-impl HintStatements {
-    pub async fn prepare_all(session: &Session) -> Result<Self, StoreError> {
-        Ok(Self {
-            read: prepare(
-                session,
-                "SELECT floor_ms FROM queue_floors WHERE lane = ? AND tenant = ? \
-                 AND subscription = ?",
-                Kind::Plain,
-            )
-            .await?,
-            write: prepare(
-                session,
-                "INSERT INTO queue_floors (lane, tenant, subscription, floor_ms) \
-                 VALUES (?, ?, ?, ?)",
-                Kind::Plain,
-            )
-            .await?,
-        })
-    }
-}
-
 impl CqlStore {
     /// The queue's hint, if a holder wrote one.
     pub(super) async fn floor_hint(
@@ -72,7 +42,7 @@ impl CqlStore {
         sub: Uuid,
     ) -> Result<Option<i64>, StoreError> {
         let row: Option<(Option<i64>,)> = self
-            .first_row(&self.ht.read, (lane_i32(lane), tenant, sub))
+            .first_row(&self.jt.hint_read, (lane_i32(lane), tenant, sub))
             .await?;
         Ok(row.and_then(|(hint,)| hint))
     }
@@ -85,7 +55,7 @@ impl CqlStore {
         hint: i64,
     ) -> Result<(), StoreError> {
         self.session
-            .execute_unpaged(&self.ht.write, (lane_i32(lane), tenant, sub, hint))
+            .execute_unpaged(&self.jt.hint_write, (lane_i32(lane), tenant, sub, hint))
             .await
             .map_err(unavailable)?;
         Ok(())

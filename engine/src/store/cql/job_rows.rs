@@ -25,6 +25,8 @@ pub(super) enum Part<'a> {
     Queue(Lane, &'a str, Uuid),
     /// A dedup partition: (tenant, UUIDv7 hour).
     Dedup(&'a str, i64),
+    /// A lane's announced late rows (`late_jobs`).
+    Late(Lane),
 }
 
 /// What a job-row statement does.

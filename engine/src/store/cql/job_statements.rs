@@ -42,6 +42,14 @@ pub struct JobStatements {
     pub stats_put: PreparedStatement,
     /// Events of one bucket at a list of seqs (`seq IN ?`).
     pub log_events_in: PreparedStatement,
+    /// A job row read by its key (an announced late row, `late_rows.rs`).
+    pub job_at: PreparedStatement,
+    pub late_announce: PreparedStatement,
+    pub late_list: PreparedStatement,
+    pub late_forget: PreparedStatement,
+    /// A queue's floor hint (`floor_hints.rs`).
+    pub hint_read: PreparedStatement,
+    pub hint_write: PreparedStatement,
 }
 
 impl JobStatements {
@@ -185,6 +193,41 @@ impl JobStatements {
             log_events_in: p(
                 "SELECT seq, id, event FROM tenant_log WHERE tenant = ? AND bucket = ? \
                  AND seq IN ?",
+                Plain,
+            )
+            .await?,
+            job_at: p(
+                "SELECT job FROM queued_jobs WHERE lane = ? AND tenant = ? \
+                 AND subscription = ? AND due_ms = ? AND id = ?",
+                Plain,
+            )
+            .await?,
+            late_announce: p(
+                "INSERT INTO late_jobs (lane, tenant, subscription, due_ms, id) \
+                 VALUES (?, ?, ?, ?, ?)",
+                Plain,
+            )
+            .await?,
+            late_list: p(
+                "SELECT tenant, subscription, due_ms, id FROM late_jobs WHERE lane = ? LIMIT ?",
+                Plain,
+            )
+            .await?,
+            late_forget: p(
+                "DELETE FROM late_jobs WHERE lane = ? AND tenant = ? AND subscription = ? \
+                 AND due_ms = ? AND id = ?",
+                Plain,
+            )
+            .await?,
+            hint_read: p(
+                "SELECT floor_ms FROM queue_floors WHERE lane = ? AND tenant = ? \
+                 AND subscription = ?",
+                Plain,
+            )
+            .await?,
+            hint_write: p(
+                "INSERT INTO queue_floors (lane, tenant, subscription, floor_ms) \
+                 VALUES (?, ?, ?, ?)",
                 Plain,
             )
             .await?,

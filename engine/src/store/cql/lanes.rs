@@ -67,8 +67,7 @@ impl Holds {
         self.until(lane).is_some_and(|u| u > now)
     }
 
-    /// When this process's hold on `lane` ends, if it holds it.
-    pub fn until(&self, lane: Lane) -> Option<i64> {
+    fn until(&self, lane: Lane) -> Option<i64> {
         self.held.lock().ok().and_then(|h| h.get(&lane).copied())
     }
 

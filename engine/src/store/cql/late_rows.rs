@@ -17,13 +17,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use futures::TryStreamExt;
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
 use uuid::Uuid;
 
 use super::concurrently::all;
+use super::job_rows::Part;
 use super::jobs::{id_key, id_of, lane_i32, StoredJob};
-use super::statements::{prepare, Kind};
+use super::log::BoxedRow;
 use super::{unavailable, CqlStore};
 use crate::clock::now_ms;
 use crate::store::{DueQuery, JobRecord, Lane, StoreError};
@@ -41,39 +40,6 @@ const READ_AT_ONCE: i32 = 1_000;
 /// Whether a job row due at `row_due_ms`, whose write ended at `written_ms`, must be announced.
 pub(super) fn needs_announcing(row_due_ms: i64, written_ms: i64) -> bool {
     written_ms.saturating_sub(row_due_ms) > LATE_AFTER_MS
-}
-
-#[derive(Debug)]
-pub(super) struct LateStatements {
-    announce: PreparedStatement,
-    list: PreparedStatement,
-    forget: PreparedStatement,
-    row_at: PreparedStatement,
-}
-
-impl LateStatements {
-    pub async fn prepare_all(session: &Session) -> Result<Self, StoreError> {
-        let p = |cql: &'static str| prepare(session, cql, Kind::Plain);
-        Ok(Self {
-            announce: p(
-                "INSERT INTO late_jobs (lane, tenant, subscription, due_ms, id) \
-                 VALUES (?, ?, ?, ?, ?)",
-            )
-            .await?,
-            list: p(
-                "SELECT tenant, subscription, due_ms, id FROM late_jobs WHERE lane = ? LIMIT ?",
-            )
-            .await?,
-            forget: p(
-                "DELETE FROM late_jobs WHERE lane = ? AND tenant = ? AND subscription = ? \
-                 AND due_ms = ? AND id = ?",
-            )
-            .await?,
-            row_at: p("SELECT job FROM queued_jobs WHERE lane = ? AND tenant = ? \
-                 AND subscription = ? AND due_ms = ? AND id = ?")
-            .await?,
-        })
-    }
 }
 
 /// Per lane: when its announcements were last read, and the queues they named live rows of.
@@ -114,11 +80,9 @@ impl LateReads {
     /// Whether the last read named a live row of the queue (it must not be dropped).
     pub fn names(&self, lane: Lane, tenant: &str, sub: Uuid) -> bool {
         let reads = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        reads.get(&lane).is_none_or(|r| {
-            r.queues
-                .iter()
-                .any(|(t, s)| t.as_str() == tenant && *s == sub)
-        })
+        reads
+            .get(&lane)
+            .is_none_or(|r| r.queues.contains(&(tenant.to_owned(), sub)))
     }
 }
 
@@ -140,23 +104,21 @@ impl CqlStore {
             return Ok(());
         }
         tracing::debug!(rows = late.len(), "job rows written late, announced");
-        all(late.into_iter().map(|job| async move {
-            let r = &job.record;
-            let values = (
-                lane_i32(r.lane),
-                &*r.tenant,
-                r.subscription,
-                job.row_due_ms,
-                &id_key(r.id)[..],
-            );
-            self.session
-                .execute_unpaged(&self.lt.announce, values)
-                .await
-                .map_err(unavailable)?;
-            Ok(())
-        }))
-        .await?;
-        Ok(())
+        let keys: Vec<(i32, [u8; 16])> = late
+            .iter()
+            .map(|j| (lane_i32(j.record.lane), id_key(j.record.id)))
+            .collect();
+        let statements = late
+            .iter()
+            .zip(&keys)
+            .map(|(job, (lane_i, id))| {
+                let r = &job.record;
+                let row: BoxedRow<'_> =
+                    Box::new((*lane_i, &*r.tenant, r.subscription, job.row_due_ms, &id[..]));
+                (Part::Late(r.lane), &self.jt.late_announce, row)
+            })
+            .collect();
+        self.in_batches(statements).await
     }
 
     /// The due jobs of `lane`'s announced rows (every `READ_EVERY_MS`, or at once after a page
@@ -174,7 +136,7 @@ impl CqlStore {
         let lane_i = lane_i32(lane);
         let named: Vec<Named> = self
             .session
-            .execute_iter(self.lt.list.clone(), (lane_i, READ_AT_ONCE))
+            .execute_iter(self.jt.late_list.clone(), (lane_i, READ_AT_ONCE))
             .await
             .map_err(unavailable)?
             .rows_stream::<Named>()
@@ -184,7 +146,7 @@ impl CqlStore {
             .map_err(unavailable)?;
         let rows = all(named.iter().map(|(tenant, sub, due, id)| async move {
             let row: Option<(Option<Vec<u8>>,)> = self
-                .first_row(&self.lt.row_at, (lane_i, tenant, *sub, *due, id.as_slice()))
+                .first_row(&self.jt.job_at, (lane_i, tenant, *sub, *due, id.as_slice()))
                 .await?;
             match row {
                 Some((job,)) => self.paged_job(*due, id_of(id)?, job.as_deref()),
@@ -214,15 +176,14 @@ impl CqlStore {
             }
             self.known.put(job);
         }
-        all(gone.into_iter().map(|(tenant, sub, due, id)| async move {
-            let values = (lane_i, tenant, *sub, *due, id.as_slice());
-            self.session
-                .execute_unpaged(&self.lt.forget, values)
-                .await
-                .map_err(unavailable)?;
-            Ok(())
-        }))
-        .await?;
+        let forget = gone
+            .into_iter()
+            .map(|(tenant, sub, due, id)| {
+                let row: BoxedRow<'_> = Box::new((lane_i, &**tenant, *sub, *due, id.as_slice()));
+                (Part::Late(lane), &self.jt.late_forget, row)
+            })
+            .collect();
+        self.in_batches(forget).await?;
         let read_at = if page.more { i64::MIN } else { clock };
         self.late_reads.read(lane, read_at, live);
         Ok(page)

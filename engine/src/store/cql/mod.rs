@@ -126,9 +126,6 @@ pub struct CqlStore {
     jt: JobStatements,
     pt: pull::PullStatements,
     rt: relay::RelayStatements,
-    // Boxed, as every future that connects a store holds the store.
-    lt: Box<late_rows::LateStatements>,
-    ht: Box<floor_hints::HintStatements>,
     settings: CqlSettings,
     /// The delivery lanes this process holds.
     holds: lanes::Holds,
@@ -227,13 +224,12 @@ impl CqlStore {
         )
         .await
         .map_err(StoreError::Unavailable)?;
-        let lt = Box::new(Box::pin(late_rows::LateStatements::prepare_all(&session)).await?);
-        let ht = Box::new(Box::pin(floor_hints::HintStatements::prepare_all(&session)).await?);
         let st = Statements::prepare_all(&session).await?;
-        // Boxed: dozens of statements prepared in one future make every caller's future large.
-        let jt = Box::pin(JobStatements::prepare_all(&session)).await?;
         let pt = pull::PullStatements::prepare_all(&session).await?;
         let rt = relay::RelayStatements::prepare_all(&session).await?;
+        // Boxed, and last so that no other await holds its many statements: dozens of statements
+        // in this future make every caller's future large.
+        let jt = Box::pin(JobStatements::prepare_all(&session)).await?;
         Ok(Self {
             recent: recent::RecentEvents::new(settings.recent_events_bytes),
             session: counted::Counted::new(session),
@@ -241,8 +237,6 @@ impl CqlStore {
             jt,
             pt,
             rt,
-            lt,
-            ht,
             settings,
             holds: lanes::Holds::new(),
             known: jobs::Known::default(),
