@@ -16,6 +16,7 @@ pub mod error;
 pub mod in_process;
 pub mod json;
 pub mod listener;
+pub mod loopback;
 pub mod model;
 pub mod outcomes;
 pub mod ownership;

@@ -205,33 +205,12 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// A free loopback port for a hub to listen on, below the kernel's ephemeral range.
-///
-/// A port from `bind(127.0.0.1:0)` is an ephemeral one: between its release here and the hub's
-/// own bind, an outgoing connection (another engine's to Kafka or CQL, started just before) may
-/// be given it, and the hub exits with "Address already in use" — which failed a CI's
-/// kill-engine run. Ports below the range are never handed to outgoing connections. They are
-/// taken in turn from a random start, so one run never hands out a port twice.
+/// A free loopback port for a hub to listen on, below the kernel's ephemeral range
+/// (`hub_core::loopback`: a port from `bind(:0)` may be given to another engine's outgoing
+/// connection before the hub binds it).
 pub fn free_port() -> anyhow::Result<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOWEST: u32 = 10_000;
-    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
-    let span = ephemeral_low().saturating_sub(LOWEST).max(1);
-    let next = NEXT.get_or_init(|| AtomicU32::new(rand::random()));
-    (0..span)
-        .map(|_| (LOWEST + next.fetch_add(1, Ordering::Relaxed) % span) as u16)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .ok_or_else(|| {
-            anyhow::anyhow!("no free loopback port from {LOWEST} to the ephemeral range")
-        })
-}
-
-/// The first port of the kernel's ephemeral range (`ip_local_port_range`; 32768 by default).
-fn ephemeral_low() -> u32 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
+    hub_core::loopback::free_port()
+        .ok_or_else(|| anyhow::anyhow!("no free loopback port below the ephemeral range"))
 }
 
 /// The engines under test: one, or with `--engines N` several of one consumer group on one CQL

@@ -643,21 +643,9 @@ pub async fn delete_topic(topic: &str) {
     let _ = admin.delete_topics(&[topic], &AdminOptions::new()).await;
 }
 
-/// A free loopback port for an engine or a receiver to listen on, below the kernel's ephemeral
-/// range (32768 and up here): a port from `bind(:0)` is ephemeral, and between its release and
-/// the engine's bind an outgoing connection (to Kafka or CQL) may be given it — "Address already
-/// in use". Ports are taken in turn from a random start, so one test process never hands out a
-/// port twice.
+/// A free loopback port below the kernel's ephemeral range (`hub_core::loopback`).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOWEST: u32 = 10_000;
-    const SPAN: u32 = 32_768 - LOWEST;
-    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
-    let next = NEXT.get_or_init(|| AtomicU32::new(rand::random::<u32>() % SPAN));
-    (0..SPAN)
-        .map(|_| (LOWEST + next.fetch_add(1, Ordering::Relaxed) % SPAN) as u16)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .expect("a free loopback port below 32768")
+    hub_core::loopback::free_port().expect("a free loopback port below the ephemeral range")
 }
 
 /// The topics tests share: `lender`, which the delivery tests produce to, and the hub's own events.
