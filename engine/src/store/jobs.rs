@@ -218,6 +218,34 @@ impl DeliveryStats {
             self.streak.failure(attempt.at_ms);
         }
         self.recent.push(attempt.clone());
+        self.keep_recent();
+    }
+
+    /// The totals and streak of these statistics with no recent outcome: where a step starts
+    /// counting the outcomes it adds ([`DeliveryStats::take_step`]).
+    pub fn totals(&self) -> Self {
+        Self {
+            recent: Vec::new(),
+            delivered: self.delivered,
+            failed_attempts: self.failed_attempts,
+            dead_letters: self.dead_letters,
+            streak: self.streak,
+        }
+    }
+
+    /// Takes a step's statistics (`step`: started from [`DeliveryStats::totals`], so its
+    /// `recent` holds only the outcomes the step added): its totals and streak, and its
+    /// outcomes after the recent ones kept.
+    pub fn take_step(&mut self, step: Self) {
+        self.delivered = step.delivered;
+        self.failed_attempts = step.failed_attempts;
+        self.dead_letters = step.dead_letters;
+        self.streak = step.streak;
+        self.recent.extend(step.recent);
+        self.keep_recent();
+    }
+
+    fn keep_recent(&mut self) {
         if self.recent.len() > RECENT_OUTCOMES {
             let extra = self.recent.len() - RECENT_OUTCOMES;
             self.recent.drain(..extra);
@@ -332,4 +360,45 @@ pub struct LaneReport {
     pub held_here: bool,
     /// Jobs waiting in it, when the store counts them per lane.
     pub pending: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(at_ms: i64, success: bool) -> AttemptRecord {
+        AttemptRecord {
+            at_ms,
+            success,
+            error_class: None,
+            status_code: Some(if success { 204 } else { 503 }),
+            detail: String::new(),
+            duration_ms: 1,
+        }
+    }
+
+    /// The log store writes a step's statistics as its totals and the outcomes it added; taken
+    /// one after another they give what recording every outcome on the whole statistics gives.
+    #[test]
+    fn r_cp_12_steps_of_added_outcomes_rebuild_the_recent_outcomes_and_totals() {
+        let mut whole = DeliveryStats::default();
+        let mut rebuilt = DeliveryStats::default();
+        let mut at = 0;
+        for step_len in [3, 1, 25, 7, 0, 19, 2] {
+            let mut step = rebuilt.totals();
+            assert!(step.recent.is_empty(), "a step carries no kept outcome");
+            for _ in 0..step_len {
+                at += 1;
+                let attempt = outcome(at, at % 3 != 0);
+                whole.record(&attempt);
+                step.record(&attempt);
+            }
+            step.dead_letters += 1;
+            whole.dead_letters += 1;
+            assert!(step.recent.len() <= RECENT_OUTCOMES);
+            rebuilt.take_step(step);
+            assert_eq!(rebuilt, whole, "after a step of {step_len}");
+        }
+        assert_eq!(rebuilt.recent.len(), RECENT_OUTCOMES);
+    }
 }

@@ -23,18 +23,21 @@ use crate::store::{
 struct StatsCache(FastMap<Uuid, (String, DeliveryStats)>);
 
 impl StatsCache {
+    /// The step's statistics of `job`'s subscription: its totals so far, and the outcomes this
+    /// step adds (the recent ones kept are not copied: the step's change carries only what it
+    /// adds).
     fn get<'a>(&'a mut self, state: &State, job: &JobRecord) -> &'a mut DeliveryStats {
         let (_, stats) = self.0.entry(job.subscription).or_insert_with(|| {
             let key = (job.tenant.to_string(), job.subscription);
-            let stats = state.stats.get(&key).cloned().unwrap_or_default();
-            (key.0, stats)
+            let totals = state.stats.get(&key).map(DeliveryStats::totals);
+            (key.0, totals.unwrap_or_default())
         });
         stats
     }
 
     fn record(self, tx: &mut Tx<'_>) {
         for (subscription, (tenant, stats)) in self.0 {
-            tx.change(Change::Stats {
+            tx.change(Change::StatsStep {
                 tenant,
                 subscription,
                 stats,

@@ -29,7 +29,8 @@ struct Seen {
     /// `(job, event seq, attempts, starts)`.
     jobs: Vec<(u128, u64, u32, u32)>,
     dead: Vec<(u128, String)>,
-    stats: Vec<(u64, u64, u64)>,
+    /// Totals, then the recent outcomes (success or not, oldest first) and the streak.
+    stats: Vec<(u64, u64, u64, Vec<bool>, crate::delivery::autodisable::Streak)>,
     pulls: Vec<u64>,
     offset: Option<i64>,
     quarantined: Vec<i64>,
@@ -69,7 +70,14 @@ async fn seen(store: &dyn Store, subs: &[Uuid], unit: &UnitId) -> Seen {
                 .expect("dead letters");
             dead.extend(letters.into_iter().map(|d| (d.job.id, d.reason)));
             let s = store.delivery_stats(tenant, *sub).await.expect("stats");
-            stats.push((s.delivered, s.failed_attempts, s.dead_letters));
+            let recent = s.recent.iter().map(|a| a.success).collect();
+            stats.push((
+                s.delivered,
+                s.failed_attempts,
+                s.dead_letters,
+                recent,
+                s.streak,
+            ));
             pulls.push(store.pull_position(tenant, *sub).await.expect("pull"));
         }
     }

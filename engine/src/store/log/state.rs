@@ -213,6 +213,14 @@ impl State {
             } => {
                 self.stats.insert((tenant, subscription), stats);
             }
+            Change::StatsStep {
+                tenant,
+                subscription,
+                stats,
+            } => {
+                let kept = self.stats.entry((tenant, subscription)).or_default();
+                kept.take_step(stats);
+            }
             Change::Pull {
                 tenant,
                 subscription,
