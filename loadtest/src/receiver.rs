@@ -226,10 +226,11 @@ mod tests {
             let h = hub_engine::delivery::signature::headers(
                 &key,
                 None,
-                "evt-1",
+                &reqwest::header::HeaderValue::from_static("evt-1"),
                 1_764_000_000,
                 b"{\"n\":1}",
-            );
+            )
+            .expect("headers");
             let mut req = client
                 .post(r.url("a"))
                 .body(body.to_vec())

@@ -102,7 +102,8 @@ mod tests {
 
     /// What `keys` sign a fixed message as.
     fn signed(keys: &Keys) -> String {
-        let h = headers(&keys.current, keys.previous.as_ref(), "id", 1, b"{}");
+        let id = reqwest::header::HeaderValue::from_static("id");
+        let h = headers(&keys.current, keys.previous.as_ref(), &id, 1, b"{}");
         format!("{h:?}")
     }
 

@@ -272,34 +272,37 @@ pub fn attempt_headers(
     keys: &Keys,
     delivery_id: Uuid,
 ) -> Result<HeaderMap, Outcome> {
-    let event_id = a.event_id.to_string();
-    let delivery_id = delivery_id.to_string();
+    let event_id = uuid_value(a.event_id);
     let signatures = signature_headers(
         &keys.current,
         keys.previous.as_ref(),
         &event_id,
         a.unix_s,
         &a.body,
-    );
+    )
+    .map_err(|_| {
+        Outcome::refused(
+            ErrorClass::InvalidMessage,
+            "the event's id is not a valid HTTP header value",
+        )
+    })?;
     let mut headers = HeaderMap::with_capacity(16);
     let content_type = match a.content_type {
         None => HeaderValue::from_static("application/json"),
         Some(t) => header_value(&CONTENT_TYPE, t)?,
     };
     headers.insert(CONTENT_TYPE, content_type);
+    headers.append(EVENT_ID, event_id);
+    headers.append(DELIVERY_ID, uuid_value(delivery_id));
     let attributes = [
-        (EVENT_ID, Some(event_id.as_str())),
-        (DELIVERY_ID, Some(delivery_id.as_str())),
-        (EVENT_TYPE, Some(a.event_key)),
-        (EVENT_SOURCE, Some(a.source)),
-        (TENANT_ID, Some(a.tenant)),
-        (SCHEMA_VERSION, Some(a.schema_version)),
+        (EVENT_TYPE, a.event_key),
+        (EVENT_SOURCE, a.source),
+        (TENANT_ID, a.tenant),
+        (SCHEMA_VERSION, a.schema_version),
     ];
     for (name, value) in attributes {
-        if let Some(value) = value {
-            let value = header_value(&name, value)?;
-            headers.append(name, value);
-        }
+        let value = header_value(&name, value)?;
+        headers.append(name, value);
     }
     // A trace context that cannot travel as a header is left out, the event sent (W3C Trace
     // Context discards what it cannot parse).
@@ -309,10 +312,17 @@ pub fn attempt_headers(
         }
     }
     for (name, value) in signatures {
-        let value = header_value(&name, &value)?;
         headers.append(name, value);
     }
     Ok(headers)
+}
+
+/// An id as a header value, hyphenated in lower case, formatted straight into it (hex digits
+/// and hyphens: always a valid value).
+fn uuid_value(id: Uuid) -> HeaderValue {
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    HeaderValue::from_bytes(id.hyphenated().encode_lower(&mut text).as_bytes())
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// `value` as the value of header `name`: one exact-size copy, straight from the event's text.

@@ -30,7 +30,13 @@ struct Seen {
     jobs: Vec<(u128, u64, u32, u32)>,
     dead: Vec<(u128, String)>,
     /// Totals, then the recent outcomes (success or not, oldest first) and the streak.
-    stats: Vec<(u64, u64, u64, Vec<bool>, crate::delivery::autodisable::Streak)>,
+    stats: Vec<(
+        u64,
+        u64,
+        u64,
+        Vec<bool>,
+        crate::delivery::autodisable::Streak,
+    )>,
     pulls: Vec<u64>,
     offset: Option<i64>,
     quarantined: Vec<i64>,
