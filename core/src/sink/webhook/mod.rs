@@ -283,7 +283,7 @@ pub fn attempt_headers(
     .map_err(|_| {
         Outcome::refused(
             ErrorClass::InvalidMessage,
-            "the event's id is not a valid HTTP header value",
+            "a signature header could not be built",
         )
     })?;
     let mut headers = HeaderMap::with_capacity(16);
