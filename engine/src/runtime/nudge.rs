@@ -105,6 +105,12 @@ impl Pulse {
         tid != 0 && unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, INTERRUPT) == 0 }
     }
 
+    /// Its thread's id, 0 when not attached or ended.
+    #[cfg(test)]
+    fn tid(&self) -> i32 {
+        self.tid.load(Ordering::Relaxed)
+    }
+
     /// Wakes sent to this shard so far.
     #[cfg(test)]
     fn wakes(&self) -> u64 {
@@ -112,8 +118,21 @@ impl Pulse {
     }
 }
 
+/// A pulse made a thread's by [`attach`]. When the thread ends (its thread-locals are dropped
+/// just before its id is freed) the pulse forgets the id, so the watcher never signals a thread
+/// id the kernel may give to another thread of the process (ids wrap at `pid_max`, 32,768 on
+/// these machines; a test process starts and ends hundreds of shard threads while watchers of
+/// other tests still look).
+struct Attached(Arc<Pulse>);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.tid.store(0, Ordering::Relaxed);
+    }
+}
+
 thread_local! {
-    static CURRENT: OnceCell<Arc<Pulse>> = const { OnceCell::new() };
+    static CURRENT: OnceCell<Attached> = const { OnceCell::new() };
 }
 
 /// Makes `pulse` the calling thread's: called on a shard's thread before its executor starts.
@@ -128,14 +147,14 @@ pub(super) fn attach(pulse: Arc<Pulse>) {
         .tid
         .store(unsafe { libc::gettid() }, Ordering::Relaxed);
     CURRENT.with(|current| {
-        let _ = current.set(pulse);
+        let _ = current.set(Attached(pulse));
     });
 }
 
 /// Tells the watching thread that this shard just did work (a no-op off the hub's shards).
 pub fn note_work() {
     CURRENT.with(|current| {
-        if let Some(pulse) = current.get() {
+        if let Some(Attached(pulse)) = current.get() {
             pulse.work.fetch_add(1, Ordering::Relaxed);
         }
     });
@@ -290,6 +309,22 @@ mod tests {
             second > first,
             "{first} then {second}: the sleep made the thread run again"
         );
+    }
+
+    /// Once a shard's thread has ended its pulse signals no one: the thread's id may already be
+    /// another thread's.
+    #[test]
+    fn r_di_2_a_pulse_whose_thread_ended_is_never_signalled() {
+        let pulse = Arc::new(Pulse::default());
+        let attached = pulse.clone();
+        std::thread::spawn(move || {
+            attach(attached);
+            assert_ne!(CURRENT.with(|c| c.get().map(|a| a.0.tid())), Some(0));
+        })
+        .join()
+        .expect("the thread");
+        assert_eq!(pulse.tid(), 0, "the id is forgotten as the thread ends");
+        assert!(!pulse.interrupt(), "no signal to an id that may be reused");
     }
 
     /// A shard that works is not woken; once it stops it is woken once, and then left asleep.
