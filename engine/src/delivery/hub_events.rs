@@ -129,8 +129,8 @@ impl HubEvents for PipelineEvents {
             ..IngestBatch::default()
         };
         let routing = self.routing.as_ref().map(|r| {
-            r.attach(&mut batch, r.lane_of(UNIT, 0));
-            r.clone()
+            let reserved = r.attach(&mut batch, r.lane_of(UNIT, 0));
+            (r.clone(), reserved)
         });
         // A process without delivery lanes (a control process on its own) that can publish
         // leaves the event to the engines that consume the topic: a copy stored here would make
@@ -146,8 +146,8 @@ impl HubEvents for PipelineEvents {
                     .await
                 {
                     Ok(outcome) => {
-                        if let Some(routing) = routing {
-                            routing.written(&batch, &outcome);
+                        if let Some((routing, reserved)) = routing {
+                            routing.written(&batch, &outcome, reserved);
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, key, "a hub event was not stored"),

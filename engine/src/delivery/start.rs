@@ -108,7 +108,11 @@ impl Delivery {
         let (handing, handoffs): (Vec<_>, Vec<_>) = (0..shards.max(1))
             .map(|_| async_channel::unbounded())
             .unzip();
-        let fresh = Arc::new(FreshLeases::new(shards, lane.lease_ms));
+        let fresh = Arc::new(FreshLeases::new(
+            shards,
+            lane.lease_ms,
+            (lane.workers * lane.lease_ahead) as usize,
+        ));
         // Engines on one CQL keyspace share delivery as the consumer group shares partitions;
         // without a group (one process, or HTTP ingest alone) a lane is a shard.
         let numbering = match (&config.store, &config.kafka_brokers) {

@@ -135,9 +135,10 @@ async fn judge_and_store(
         &state.counters,
         crate::clock::now_ms(),
     );
-    if let Some(r) = &state.routing {
-        r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition));
-    }
+    let reserved = state
+        .routing
+        .as_ref()
+        .and_then(|r| r.attach(&mut batch, r.lane_of(&unit.topic, unit.partition)));
     let batch = Arc::new(batch);
     let outcome = match state
         .store
@@ -149,7 +150,7 @@ async fn judge_and_store(
                 observer.observe(&distinct_keys(&batch.events));
             }
             if let Some(r) = &state.routing {
-                r.written(&batch, &o);
+                r.written(&batch, &o, reserved);
             }
             o
         }

@@ -8,7 +8,7 @@
 //! (`FreshLeases`): the lane starts them from the hand-off with no lease step of its own, so a
 //! delivery at a low rate costs the event's sync and its outcome's, not a third for the lease.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::delivery::ownership::Ownership;
@@ -36,34 +36,100 @@ pub enum Handoff {
 /// Which lanes take jobs leased by their ingest batch now: those whose store
 /// `leases_at_ingest` and that are idle (nothing held, nothing waiting for a worker). A busy lane
 /// leases through its scheduler, so tenant fairness and the destination caps decide the order.
+///
+/// Leased at ingest, a job bypasses the scheduler and the lane's bound on what it leases ahead;
+/// so a lane's jobs leased at ingest and not yet taken by it are counted, and no batch leases
+/// past `most` of them. Without the count, a backlog read while the lane looked idle (its first
+/// hand-off not yet taken) was leased whole: a hundred thousand jobs in memory, outside tenant
+/// fairness, under leases that lapse before their turn.
 #[derive(Debug)]
 pub struct FreshLeases {
     lease_ms: i64,
+    /// Most jobs leased at ingest a lane has not taken yet (its workers × rounds leased ahead).
+    most: usize,
     /// One per shard.
-    open: Vec<AtomicBool>,
+    gates: Vec<FreshGate>,
+}
+
+#[derive(Debug, Default)]
+struct FreshGate {
+    /// The lane is idle.
+    open: AtomicBool,
+    /// Jobs leased at ingest the lane has not taken yet.
+    outstanding: AtomicUsize,
 }
 
 impl FreshLeases {
-    pub fn new(shards: usize, lease_ms: i64) -> Self {
+    pub fn new(shards: usize, lease_ms: i64, most: usize) -> Self {
         Self {
             lease_ms,
-            open: (0..shards.max(1)).map(|_| AtomicBool::new(false)).collect(),
+            most,
+            gates: (0..shards.max(1)).map(|_| FreshGate::default()).collect(),
         }
     }
 
     /// Shard `shard`'s lane says whether it takes leased jobs now.
     pub fn set_open(&self, shard: usize, open: bool) {
-        if let Some(o) = self.open.get(shard) {
-            if o.load(Ordering::Relaxed) != open {
-                o.store(open, Ordering::Relaxed);
+        if let Some(g) = self.gates.get(shard) {
+            if g.open.load(Ordering::Relaxed) != open {
+                g.open.store(open, Ordering::Relaxed);
             }
         }
     }
 
-    /// Until when a batch for shard `shard`'s lane leases its jobs, if that lane takes them.
-    fn lease_for(&self, shard: usize, now_ms: i64) -> Option<i64> {
-        let open = self.open.get(shard)?.load(Ordering::Relaxed);
-        open.then_some(now_ms + self.lease_ms)
+    /// Shard `shard`'s lane took `jobs` leased at ingest from its hand-off.
+    pub fn taken(&self, shard: usize, jobs: usize) {
+        if let Some(g) = self.gates.get(shard) {
+            let _ = g
+                .outstanding
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    Some(n.saturating_sub(jobs))
+                });
+        }
+    }
+
+    /// Until when a batch of `jobs` for shard `shard`'s lane leases them, if that lane takes
+    /// them: it is idle and they fit under `most`. They count until the lane takes them, or
+    /// the reservation is dropped.
+    fn lease_for(
+        self: &Arc<Self>,
+        shard: usize,
+        jobs: usize,
+        now_ms: i64,
+    ) -> Option<(i64, FreshReservation)> {
+        let g = self.gates.get(shard)?;
+        if !g.open.load(Ordering::Relaxed) {
+            return None;
+        }
+        g.outstanding
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n + jobs <= self.most).then_some(n + jobs)
+            })
+            .ok()?;
+        let reservation = FreshReservation {
+            fresh: self.clone(),
+            shard,
+            jobs,
+        };
+        Some((now_ms + self.lease_ms, reservation))
+    }
+}
+
+/// The jobs one batch leases at ingest, counted against their lane's `FreshLeases::most` from
+/// the match until the lane takes them. Whatever the batch does not hand over (a duplicate
+/// creates no job; a batch refused, revoked or dropped hands none) is given back when this
+/// drops, on every path.
+#[derive(Debug)]
+#[must_use = "dropping it gives the batch's leases back at once"]
+pub struct FreshReservation {
+    fresh: Arc<FreshLeases>,
+    shard: usize,
+    jobs: usize,
+}
+
+impl Drop for FreshReservation {
+    fn drop(&mut self) {
+        self.fresh.taken(self.shard, self.jobs);
     }
 }
 
@@ -113,12 +179,18 @@ impl JobRouting {
 
     /// Matches every event of `batch` against the current index and names the lane (off a
     /// shard; a shard matches with its own copy, [`JobRouting::attach_with`]).
-    pub fn attach(&self, batch: &mut IngestBatch, lane: Lane) {
-        self.attach_with(batch, lane, &self.subs.index());
+    pub fn attach(&self, batch: &mut IngestBatch, lane: Lane) -> Option<FreshReservation> {
+        self.attach_with(batch, lane, &self.subs.index())
     }
 
-    /// [`JobRouting::attach`] against `index`.
-    pub fn attach_with(&self, batch: &mut IngestBatch, lane: Lane, index: &MatchIndex) {
+    /// [`JobRouting::attach`] against `index`. When the batch leases its jobs for an idle lane,
+    /// the reservation that counts them goes with the batch to [`JobRouting::written`].
+    pub fn attach_with(
+        &self,
+        batch: &mut IngestBatch,
+        lane: Lane,
+        index: &MatchIndex,
+    ) -> Option<FreshReservation> {
         batch.lane = lane;
         batch.matches = batch
             .events
@@ -135,17 +207,26 @@ impl JobRouting {
         if batch.matches.iter().all(|m| m.0.is_empty()) {
             batch.matches.clear();
         }
-        batch.lease_until_ms = match (self.hand_over.now(lane), batch.matches.is_empty()) {
-            (true, false) => self
-                .fresh
-                .lease_for(self.ownership.shard_of(lane), crate::clock::now_ms()),
-            _ => None,
-        };
+        batch.lease_until_ms = None;
+        if batch.matches.is_empty() || !self.hand_over.now(lane) {
+            return None;
+        }
+        let jobs = batch.matches.iter().map(|m| m.0.len()).sum();
+        let shard = self.ownership.shard_of(lane);
+        let (until, reservation) = self.fresh.lease_for(shard, jobs, crate::clock::now_ms())?;
+        batch.lease_until_ms = Some(until);
+        Some(reservation)
     }
 
     /// After `batch` is durable: hands its new jobs to their lane, or nudges the lane to page
-    /// them.
-    pub fn written(&self, batch: &IngestBatch, outcome: &BatchOutcome) {
+    /// them. The leased ones handed over count against the lane's bound until it takes them;
+    /// `reserved` gives the rest back.
+    pub fn written(
+        &self,
+        batch: &IngestBatch,
+        outcome: &BatchOutcome,
+        reserved: Option<FreshReservation>,
+    ) {
         if batch.matches.is_empty() {
             return;
         }
@@ -155,7 +236,12 @@ impl JobRouting {
             };
             let handed = if outcome.jobs_leased {
                 let started = leased_written(batch, outcome);
-                started.is_empty() || h.try_send(Handoff::Leased(started)).is_ok()
+                let count = started.len();
+                let sent = count == 0 || h.try_send(Handoff::Leased(started)).is_ok();
+                if let Some(mut r) = reserved.filter(|_| sent) {
+                    r.jobs = r.jobs.saturating_sub(count);
+                }
+                sent
             } else {
                 let jobs = jobs_written(batch, outcome);
                 jobs.is_empty()
@@ -288,37 +374,42 @@ mod tests {
             wakes,
             handoffs,
             hand_over: HandOver::Always,
-            fresh: Arc::new(FreshLeases::new(shards, 60_000)),
+            fresh: Arc::new(FreshLeases::new(shards, 60_000, 4)),
         };
         (routing, handed)
+    }
+
+    /// Reserves `jobs` for shard `shard`'s lane, if it takes them: the lease's end.
+    fn lease(routing: &JobRouting, shard: usize, jobs: usize) -> Option<i64> {
+        let (until, reserved) = routing.fresh.lease_for(shard, jobs, 1_000)?;
+        std::mem::forget(reserved);
+        Some(until)
     }
 
     #[test]
     fn r_di_8_only_an_idle_lane_gets_its_fresh_jobs_leased_and_handed_with_their_events() {
         let (routing, handed) = routing(2);
-        assert_eq!(
-            routing.fresh.lease_for(1, 1_000),
-            None,
-            "closed until a lane opens"
-        );
+        assert_eq!(lease(&routing, 1, 1), None, "closed until a lane opens");
         routing.fresh.set_open(1, true);
-        assert_eq!(routing.fresh.lease_for(1, 1_000), Some(61_000));
-        assert_eq!(routing.fresh.lease_for(0, 1_000), None, "per lane");
+        assert_eq!(lease(&routing, 0, 1), None, "per lane");
 
         let (a, sub) = (Uuid::now_v7(), Uuid::now_v7());
-        let batch = IngestBatch {
+        let mut batch = IngestBatch {
             events: vec![event("t1", a)],
-            matches: vec![Matches(vec![sub])],
-            lane: 1,
-            lease_until_ms: Some(61_000),
             ..IngestBatch::default()
         };
+        let index = MatchIndex::default();
+        assert!(routing.attach_with(&mut batch, 1, &index).is_none());
+        batch.matches = vec![Matches(vec![sub])];
+        let (until, reserved) = routing.fresh.lease_for(1, 1, 1_000).expect("open");
+        assert_eq!(until, 61_000);
+        batch.lease_until_ms = Some(until);
         let outcome = BatchOutcome {
             stored: vec![("t1".into(), a, 4)],
             jobs_leased: true,
             ..BatchOutcome::default()
         };
-        routing.written(&batch, &outcome);
+        routing.written(&batch, &outcome, Some(reserved));
         let Ok(Handoff::Leased(started)) = handed[1].try_recv() else {
             panic!("the leased job goes to its lane with its event");
         };
@@ -335,13 +426,69 @@ mod tests {
             jobs_leased: false,
             ..outcome
         };
-        routing.written(&batch, &unleased);
+        routing.written(&batch, &unleased, None);
         let Ok(Handoff::Due(jobs)) = handed[1].try_recv() else {
             panic!("a job not leased goes to its lane's scheduler");
         };
         assert_eq!(
             (jobs[0].starts, jobs[0].due_at_ms),
             (0, batch.events[0].received_at_ms)
+        );
+    }
+
+    /// Jobs leased at ingest count against the lane's bound until it takes them: an idle lane
+    /// whose hand-off waits is not leased a backlog behind it.
+    #[test]
+    fn r_di_2_jobs_leased_at_ingest_stay_within_the_lanes_bound_until_it_takes_them() {
+        let (routing, handed) = routing(1);
+        routing.fresh.set_open(0, true);
+        let batch_of = |events: usize, leased_until: Option<i64>| {
+            let ids: Vec<Uuid> = (0..events).map(|_| Uuid::now_v7()).collect();
+            let batch = IngestBatch {
+                events: ids.iter().map(|id| event("t1", *id)).collect(),
+                matches: ids.iter().map(|_| Matches(vec![Uuid::now_v7()])).collect(),
+                lease_until_ms: leased_until,
+                ..IngestBatch::default()
+            };
+            let outcome = BatchOutcome {
+                stored: ids.iter().map(|id| ("t1".into(), *id, 1)).collect(),
+                jobs_leased: leased_until.is_some(),
+                ..BatchOutcome::default()
+            };
+            (batch, outcome)
+        };
+        assert_eq!(lease(&routing, 0, 5), None, "more than the bound at once");
+        let (until, first) = routing.fresh.lease_for(0, 3, 1_000).expect("within");
+        assert_eq!(lease(&routing, 0, 2), None, "3 reserved + 2 > 4");
+        let (batch, outcome) = batch_of(3, Some(until));
+        routing.written(&batch, &outcome, Some(first));
+        assert_eq!(
+            lease(&routing, 0, 2),
+            None,
+            "handed, not yet taken: still counted"
+        );
+        let Ok(Handoff::Leased(started)) = handed[0].try_recv() else {
+            panic!("handed over");
+        };
+        routing.fresh.taken(0, started.len());
+        let (_, again) = routing
+            .fresh
+            .lease_for(0, 4, 1_000)
+            .expect("taken: room again");
+
+        // A batch that hands fewer jobs than it reserved (duplicates), or none (dropped), gives
+        // the rest back.
+        let (batch, mut outcome) = batch_of(4, Some(until));
+        outcome.stored.truncate(1);
+        routing.written(&batch, &outcome, Some(again));
+        assert_eq!(lease(&routing, 0, 4), None, "the one handed still counts");
+        routing.fresh.taken(0, 1);
+        let (_, dropped) = routing.fresh.lease_for(0, 4, 1_000).expect("all back");
+        drop(dropped);
+        assert_eq!(
+            lease(&routing, 0, 4),
+            Some(61_000),
+            "a dropped batch gives all back"
         );
     }
 

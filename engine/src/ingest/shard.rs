@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::future::{select, Either};
 
 use super::assignment::Assignment;
-use super::jobs::JobRouting;
+use super::jobs::{FreshReservation, JobRouting};
 use super::kafka::Commit;
 use super::partition_feed::ShardQueues;
 use super::unit_advance::UnitAdvances;
@@ -56,10 +56,10 @@ impl ShardRouting {
     }
 
     /// Matches `batch`'s events of `unit` and names the unit's lane.
-    fn attach(&self, batch: &mut IngestBatch, unit: &UnitId) {
+    fn attach(&self, batch: &mut IngestBatch, unit: &UnitId) -> Option<FreshReservation> {
         let lane = self.jobs.lane_of(&unit.topic, unit.partition);
         self.subs
-            .with_index(|index| self.jobs.attach_with(batch, lane, index));
+            .with_index(|index| self.jobs.attach_with(batch, lane, index))
     }
 }
 
@@ -140,7 +140,7 @@ impl ShardIngest {
                 ..IngestBatch::default()
             });
             if let Try::Written(outcome) = self.try_once(&w.unit, &mut fence, &batch).await {
-                self.written(&w.unit, &batch, &outcome);
+                self.written(&w.unit, &batch, &outcome, None);
             }
         });
         futures::future::join_all(tries).await;
@@ -254,9 +254,10 @@ impl ShardIngest {
         for r in recs {
             judge_into(&mut batch, r, source, &self.limits, &self.counters, now);
         }
-        if let Some(r) = &self.routing {
-            r.attach(&mut batch, &unit);
-        }
+        let reserved = self
+            .routing
+            .as_ref()
+            .and_then(|r| r.attach(&mut batch, &unit));
         let batch = Arc::new(batch);
         let mut backoff = Duration::from_millis(50);
         // The same failure again (a full disk, a store down) is logged once per batch; the
@@ -279,7 +280,7 @@ impl ShardIngest {
                     return (unit, None);
                 }
                 Try::Written(outcome) => {
-                    self.written(&unit, &batch, &outcome);
+                    self.written(&unit, &batch, &outcome, reserved);
                     return (unit, fence);
                 }
                 Try::Fenced => {
@@ -359,14 +360,20 @@ impl ShardIngest {
     }
 
     /// After a durable batch: counters, the catalog, the jobs' hand-over, the position to commit.
-    fn written(&self, unit: &UnitId, batch: &IngestBatch, outcome: &BatchOutcome) {
+    fn written(
+        &self,
+        unit: &UnitId,
+        batch: &IngestBatch,
+        outcome: &BatchOutcome,
+        reserved: Option<FreshReservation>,
+    ) {
         self.counters
             .count_duplicates(outcome.duplicates.len() as u64);
         if let Some(o) = &self.observer {
             o.observe(&distinct_keys(&batch.events));
         }
         if let Some(r) = &self.routing {
-            r.jobs.written(batch, outcome);
+            r.jobs.written(batch, outcome, reserved);
         }
         if let Some(next) = batch.next_offset {
             // The receiver lives as long as the consumer thread; if it is gone the engine is

@@ -504,15 +504,16 @@ async fn operator_metrics_are_exposed(engine: &Engine) {
 /// A running engine on a fresh data directory with a receiver (scripted by default) and one
 /// tenant's API.
 pub(crate) struct Setup<R = Receiver> {
-    pub dir: tempfile::TempDir,
     pub receiver: R,
     pub engine: Engine,
     pub tenant: String,
     pub api: Tenant,
     /// What the engine runs with, to start it again.
     pub again: Restart,
-    /// Last: its keyspace is dropped after the engine.
+    /// Its keyspace is dropped after the engine.
     pub env: EngineEnv,
+    /// Last: the engine's log, which a failed test shows as the engine drops, is in it.
+    pub dir: tempfile::TempDir,
 }
 
 impl Setup {

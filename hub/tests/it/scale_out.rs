@@ -210,7 +210,7 @@ impl Pair {
         let both = eventually(Duration::from_secs(300), || async {
             let first = self.first.as_ref()?;
             let (a, b) = (delivered(first).await, delivered(&self.second).await);
-            (a > 0 && b > 0 && self.receiver.counts().len() >= events / 3).then_some((a, b))
+            (a > 0 && b > 0 && self.receiver.distinct() >= events / 3).then_some((a, b))
         })
         .await;
         assert!(
@@ -239,7 +239,7 @@ impl Pair {
             want.len(),
             Duration::from_secs(120),
             Duration::from_secs(900),
-            || self.receiver.counts().len(),
+            || self.receiver.distinct(),
         )
         .await;
         let counts = self.receiver.counts();

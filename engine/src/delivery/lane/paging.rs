@@ -112,6 +112,7 @@ impl DeliveryLane {
         let jobs = match handed {
             Handoff::Due(jobs) => jobs,
             Handoff::Leased(started) => {
+                self.fresh.taken(self.shard, started.len());
                 self.take_leased(lane, started);
                 return true;
             }
