@@ -14,8 +14,7 @@ pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
 pub use nudge::note_work;
 pub use shards::on_shard;
 pub use shards::{
-    run_on_own_executor, spawn_shards, JoinedMesh, ShardConfig, ShardId, ShardMesh,
-    ShardRuntimeError, SHARD_PREEMPT,
+    run_on_own_executor, spawn_shards, ShardConfig, ShardId, ShardRuntimeError, SHARD_PREEMPT,
 };
 
 /// Sleeps on the current shard's timer (glommio). Only for code running on a shard.

@@ -1,11 +1,16 @@
-//! One glommio executor per core. Shards share nothing mutable: they talk through a channel mesh,
-//! and each owns the Kafka partitions the router gives it (see `ingest::router`).
+//! One glommio executor per core. Shards share nothing mutable: they talk through channels
+//! (`async_channel`, which wake a sleeping shard from any thread), and each owns the Kafka
+//! partitions the router gives it (see `ingest::router`).
+//!
+//! glommio's own channel mesh is not offered: shards started and ended again and again over it
+//! corrupted the heap about one run in six (glibc aborted, mimalloc's free lists broke), and
+//! never without it (`engine/tests/shard_teardown.rs`, 50 runs of 150 rounds). The hub never
+//! used it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use glommio::{CpuSet, LocalExecutorBuilder, Placement, PoolPlacement};
 
 use super::nudge::{self, Pulse};
@@ -56,12 +61,6 @@ pub enum ShardRuntimeError {
     #[error("shard runtime: {0}")]
     Glommio(String),
 }
-
-/// The cross-shard channels handed to each shard: `send_to(peer, msg)` and per-peer receivers.
-pub type ShardMesh<M> = MeshBuilder<M, Full>;
-
-/// Senders and receivers of one shard once it joined the mesh.
-pub type JoinedMesh<M> = (Senders<M>, Receivers<M>);
 
 /// Starts `config.shards` executors, runs `make(shard_id)` on each, and waits for all of them.
 ///
@@ -115,8 +114,7 @@ type ShardThread<T> = std::thread::JoinHandle<Result<T, ShardRuntimeError>>;
 
 /// Starts thread `name` running `make()`'s future on `executor` (`run_shard`). `make` is called
 /// on that thread before the executor starts, so it and what it holds are dropped after the
-/// executor stopped: a mesh builder dropped inside the running executor corrupted the heap in
-/// the test below (glommio's mesh; the hub does not use it).
+/// executor stopped.
 fn start_shard<T, F>(
     name: String,
     executor: LocalExecutorBuilder,
@@ -259,40 +257,6 @@ mod tests {
             shard_placements(true, cpus + 1),
         ] {
             assert!(placements.iter().all(|p| matches!(p, Placement::Unbound)));
-        }
-    }
-
-    /// Pinned shards that talk over the mesh and end, again and again: glommio's teardown of an
-    /// executor freed memory its eventfd read could still land in, which glibc's allocator
-    /// (this test's) reports by aborting the process at a thread's exit. Before the executors
-    /// were kept (`run_shard`), 50 such rounds aborted one run in three and 300 nearly all.
-    #[test]
-    fn shards_started_and_ended_again_and_again_leave_the_heap_whole() {
-        let config = ShardConfig {
-            shards: 2,
-            ..ShardConfig::default()
-        };
-        for _ in 0..150 {
-            let mesh: ShardMesh<u64> = ShardMesh::full(2, 64);
-            let outputs = spawn_shards(&config, move |id| {
-                let mesh = mesh.clone();
-                async move {
-                    let (senders, receivers) = mesh.join().await.expect("join the mesh");
-                    let peer = 1 - senders.peer_id();
-                    let mut sum = 0;
-                    for n in 0..20u64 {
-                        senders.send_to(peer, n).await.expect("send to the peer");
-                        sum += receivers
-                            .recv_from(peer)
-                            .await
-                            .expect("recv")
-                            .expect("open");
-                    }
-                    (id.0, sum)
-                }
-            })
-            .expect("shards");
-            assert_eq!(outputs, vec![(0, 190), (1, 190)]);
         }
     }
 }
