@@ -137,6 +137,7 @@ fn one_event_life(c: &mut Criterion) {
             limit: 1,
             rotation: 0,
             skip: Default::default(),
+            pass_over: Default::default(),
         }))
         .expect("hold the lane");
     };

@@ -237,6 +237,7 @@ fn page_due(c: &mut Criterion) {
                     limit: 1024,
                     rotation,
                     skip,
+                    pass_over: Default::default(),
                 }));
                 assert_eq!(page.expect("page").jobs.len(), 1024);
             })

@@ -46,6 +46,7 @@ fn query(
         limit,
         rotation: 0,
         skip,
+        pass_over: HashSet::new(),
     }
 }
 
@@ -346,6 +347,22 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
         seen.len(),
         301,
         "{ns}: a page saying no more came after every job"
+    );
+    // The queues of subscriptions passed over are not read (their destination is full, R-DI-3).
+    let other = Uuid::now_v7();
+    let elsewhere = event(&cold, "x.created");
+    let now = now.max(elsewhere.received_at_ms);
+    write_with_jobs(store, &unit, lane, vec![elsewhere], &[other]).await;
+    let passing_over = DueQuery {
+        pass_over: HashSet::from([sub.as_u128()]),
+        ..query(lane, now, (1000, 10_000), HashSet::new())
+    };
+    let page = store.due_jobs(passing_over).await.expect("page");
+    let read: Vec<Uuid> = page.jobs.iter().map(|j| j.subscription).collect();
+    assert_eq!(
+        read,
+        vec![other],
+        "{ns}: only the queue of the subscription not passed over is read"
     );
     let all: Vec<Settlement> = due(store, lane, now)
         .await

@@ -35,6 +35,10 @@ pub struct DueQuery {
     pub rotation: u64,
     /// Jobs the caller holds already: passed over.
     pub skip: HashSet<u128>,
+    /// Subscriptions whose queues are not read at all: the caller would only drop their jobs
+    /// (their destination holds its share of the lane's memory, R-DI-3), and pages again once
+    /// it has room for them.
+    pub pass_over: HashSet<u128>,
 }
 
 /// A page of due jobs, and whether a limit (a queue's share or the page's size) left due jobs

@@ -149,6 +149,7 @@ async fn due_of(store: &dyn Store, lane: Lane, now: i64) -> Vec<hub_engine::stor
             limit: 1000,
             rotation: 0,
             skip: HashSet::new(),
+            pass_over: HashSet::new(),
         })
         .await
         .expect("due jobs")

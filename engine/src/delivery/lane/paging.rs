@@ -74,6 +74,7 @@ impl DeliveryLane {
             limit: room,
             rotation: lane.rotation,
             skip,
+            pass_over: lane.spilled.passed_over(),
         };
         let page = match self.store.due_jobs_at_once(&query) {
             Some(page) => page,
@@ -148,7 +149,8 @@ impl DeliveryLane {
         let cap = crate::delivery::fairness::holding_cap(self.config.held_max);
         let holding = lane.held_per_destination.get_mut(destination.as_str());
         if holding.as_deref().copied().unwrap_or(0) >= cap {
-            lane.spilled.destination(&destination);
+            lane.spilled
+                .destination(&destination, job.subscription.as_u128());
             return false;
         }
         // One lookup; the destination's name is copied only the first time it is held.

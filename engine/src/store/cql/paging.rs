@@ -242,7 +242,9 @@ impl CqlStore {
         }))
         .await?;
         for (lane, found) in listed {
-            queues.extend(found.into_iter().map(|(t, s, w)| (lane, t, s, w)));
+            let read =
+                (found.into_iter()).filter(|(_, s, _)| !query.pass_over.contains(&s.as_u128()));
+            queues.extend(read.map(|(t, s, w)| (lane, t, s, w)));
         }
         if !served_late.is_empty() {
             // Paged from its floor at the next page (`more`): a queue's announced jobs and its

@@ -267,7 +267,9 @@ pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, Store
         {
             let (k, _) = row.map_err(unavailable)?;
             let (l, tenant, sub) = k.value();
-            queues.push((l, tenant.to_owned(), sub));
+            if !query.pass_over.contains(&sub) {
+                queues.push((l, tenant.to_owned(), sub));
+            }
         }
     }
     if queues.is_empty() {

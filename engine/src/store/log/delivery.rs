@@ -224,14 +224,16 @@ pub(super) fn replay(
 }
 
 /// The due jobs of `lanes`: each queue (tenant, subscription) in turn from `rotation`, at most
-/// `per_tenant` of each, `limit` in all, passing over `skip`; `more` when a limit left one unread.
+/// `per_tenant` of each, `limit` in all, passing over `skip` and the queues of `pass_over`;
+/// `more` when a limit left one unread.
 pub(super) fn due_jobs(state: &State, query: &DueQuery) -> DuePage {
     let empty: Arc<str> = Arc::from("");
     let mut queues = Vec::new();
     for &lane in &query.lanes {
         let from = (lane, empty.clone(), 0);
         let to = (lane.saturating_add(1), empty.clone(), 0);
-        let lane_queues = state.queues.range(from..to).filter(|(k, _)| k.0 == lane);
+        let lane_queues = (state.queues.range(from..to))
+            .filter(|(k, _)| k.0 == lane && !query.pass_over.contains(&k.2));
         queues.extend(lane_queues.map(|(_, queue)| &queue.due));
     }
     let mut page = DuePage::default();

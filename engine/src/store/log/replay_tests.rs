@@ -60,6 +60,7 @@ async fn seen(store: &dyn Store, subs: &[Uuid], unit: &UnitId) -> Seen {
             limit: usize::MAX,
             rotation: 0,
             skip: Default::default(),
+            pass_over: Default::default(),
         })
         .await
         .expect("due")
@@ -155,6 +156,7 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
                     limit: 6,
                     rotation: rng.gen(),
                     skip: Default::default(),
+                    pass_over: Default::default(),
                 })
                 .await
                 .expect("due")
@@ -174,6 +176,7 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
                     limit: 6,
                     rotation: rng.gen(),
                     skip: Default::default(),
+                    pass_over: Default::default(),
                 })
                 .await
                 .expect("due")

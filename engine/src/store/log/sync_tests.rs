@@ -381,6 +381,7 @@ async fn r_di_2_due_jobs_are_paged_at_once_only_while_the_log_is_free() {
             limit: 10,
             rotation: 0,
             skip: skip.into_iter().collect(),
+            pass_over: Default::default(),
         })
     };
     let ids = |page: Option<DuePage>| {
