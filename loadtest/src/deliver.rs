@@ -123,7 +123,11 @@ pub async fn subscribe(
             .iter()
             .filter(|d| d.tenants.is_none_or(|n| t < n))
         {
-            let path = format!("{}-{t}", d.name);
+            let path = if d.shared {
+                format!("{}-all", d.name)
+            } else {
+                format!("{}-{t}", d.name)
+            };
             let call = Call {
                 client: &client,
                 hub_url,
@@ -232,7 +236,7 @@ async fn webhook(
             latency: Duration::from_millis(d.latency_ms),
             failure_rate: d.failure_rate,
             status: d.status,
-            secret: Some(secret.to_owned()),
+            secrets: vec![secret.to_owned()],
         },
     );
     let ping: Value = call

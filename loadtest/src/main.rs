@@ -35,7 +35,7 @@ use clap::Parser;
 struct Cli {
     /// A built-in scenario (ingest-backlog, steady, burst, hot-tenant, deliver-backlog,
     /// deliver-steady, slow-destination, failing-destination, many-tenants, pending-million,
-    /// pull-one-reader, scale-out) or a TOML file.
+    /// pull-one-reader, scale-out, shared-destination) or a TOML file.
     #[arg(long, default_value = "steady")]
     scenario: String,
     /// The store the hub runs on.

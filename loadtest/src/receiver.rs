@@ -27,8 +27,10 @@ pub struct Behaviour {
     /// Share of requests answered with `status` instead of 204.
     pub failure_rate: f64,
     pub status: u16,
-    /// The subscription's signing secret (`whsec_…`); `None` accepts unsigned requests.
-    pub secret: Option<String>,
+    /// The signing secrets (`whsec_…`) of the subscriptions posting here: a request is signed
+    /// when one of them verifies it (a path shared by many tenants' subscriptions has each
+    /// one's); none accepts unsigned requests.
+    pub secrets: Vec<String>,
 }
 
 impl Default for Behaviour {
@@ -37,7 +39,7 @@ impl Default for Behaviour {
             latency: Duration::ZERO,
             failure_rate: 0.0,
             status: 500,
-            secret: None,
+            secrets: Vec::new(),
         }
     }
 }
@@ -87,15 +89,16 @@ async fn hook(
         // Not the hub (the raw POST baseline): answered, not counted.
         return StatusCode::NO_CONTENT;
     }
-    let signed = b.secret.as_deref().is_none_or(|secret| {
-        verify(
-            secret,
-            h("webhook-id"),
-            h("webhook-timestamp"),
-            &body,
-            h("webhook-signature"),
-        )
-    });
+    let signed = b.secrets.is_empty()
+        || b.secrets.iter().any(|secret| {
+            verify(
+                secret,
+                h("webhook-id"),
+                h("webhook-timestamp"),
+                &body,
+                h("webhook-signature"),
+            )
+        });
     if !signed {
         s.tally.record_failure(true);
         return StatusCode::UNAUTHORIZED;
@@ -147,9 +150,13 @@ impl Receivers {
         format!("http://{}/hook/{name}", self.addr)
     }
 
-    /// Sets how path `name` behaves (a new subscription's secret, its latency, its failures).
-    pub fn set(&self, name: &str, behaviour: Behaviour) {
+    /// Sets how path `name` behaves (a new subscription's secret, its latency, its failures);
+    /// a path set again (a destination shared by many subscriptions) keeps the secrets it had.
+    pub fn set(&self, name: &str, mut behaviour: Behaviour) {
         if let Ok(mut m) = self.shared.behaviours.write() {
+            if let Some(before) = m.get_mut(name) {
+                behaviour.secrets.append(&mut before.secrets);
+            }
             m.insert(name.to_owned(), behaviour);
         }
     }
@@ -215,7 +222,7 @@ mod tests {
         let behaviours = HashMap::from([(
             "a".to_owned(),
             Behaviour {
-                secret: Some(secret.into()),
+                secrets: vec![secret.into()],
                 ..Behaviour::default()
             },
         )]);

@@ -94,6 +94,11 @@ pub struct Destination {
     /// every tenant. Exactness is checked on destinations every tenant has and that answer 2xx.
     #[serde(default)]
     pub tenants: Option<usize>,
+    /// Every tenant's subscription posts to one path: one destination for the hub, whose
+    /// R-DI-3 caps (half the workers, an eighth of a lane's memory) hold all of them together.
+    /// Absent: a path per tenant.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 fn default_status() -> u16 {
@@ -136,6 +141,10 @@ const BUILT_IN: &[(&str, &str)] = &[
     (
         "pull-one-reader",
         include_str!("../scenarios/pull-one-reader.toml"),
+    ),
+    (
+        "shared-destination",
+        include_str!("../scenarios/shared-destination.toml"),
     ),
 ];
 
