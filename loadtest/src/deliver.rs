@@ -135,7 +135,7 @@ pub async fn subscribe(
             };
             match destinations {
                 Destinations::Webhook(receivers) => {
-                    webhook(&call, &path, source, d, receivers).await?;
+                    webhook(&call, (tenant, &path), source, d, receivers).await?;
                 }
                 Destinations::Other(consumers) => {
                     let (mut body, credential) = consumers.destination(run_id, &path).await?;
@@ -209,10 +209,10 @@ impl Call<'_> {
     }
 }
 
-/// A webhook to its own receiver path, with the path's behaviour, pinged active.
+/// `tenant`'s webhook to a receiver path, with the path's behaviour, pinged active.
 async fn webhook(
     call: &Call<'_>,
-    path: &str,
+    (tenant, path): (&str, &str),
     source: &str,
     d: &crate::scenario::Destination,
     receivers: &Receivers,
@@ -236,7 +236,7 @@ async fn webhook(
             latency: Duration::from_millis(d.latency_ms),
             failure_rate: d.failure_rate,
             status: d.status,
-            secrets: vec![secret.to_owned()],
+            secrets: std::collections::HashMap::from([(tenant.to_owned(), secret.to_owned())]),
         },
     );
     let ping: Value = call

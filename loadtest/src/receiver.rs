@@ -27,10 +27,11 @@ pub struct Behaviour {
     /// Share of requests answered with `status` instead of 204.
     pub failure_rate: f64,
     pub status: u16,
-    /// The signing secrets (`whsec_…`) of the subscriptions posting here: a request is signed
-    /// when one of them verifies it (a path shared by many tenants' subscriptions has each
-    /// one's); none accepts unsigned requests.
-    pub secrets: Vec<String>,
+    /// The signing secret (`whsec_…`) of each tenant's subscription posting here, by tenant id:
+    /// a request is checked against the secret of the tenant it names (a path shared by many
+    /// tenants' subscriptions has one each; one HMAC per request, not one per secret). None
+    /// accepts unsigned requests.
+    pub secrets: HashMap<String, String>,
 }
 
 impl Default for Behaviour {
@@ -39,7 +40,7 @@ impl Default for Behaviour {
             latency: Duration::ZERO,
             failure_rate: 0.0,
             status: 500,
-            secrets: Vec::new(),
+            secrets: HashMap::new(),
         }
     }
 }
@@ -90,15 +91,17 @@ async fn hook(
         return StatusCode::NO_CONTENT;
     }
     let signed = b.secrets.is_empty()
-        || b.secrets.iter().any(|secret| {
-            verify(
-                secret,
-                h("webhook-id"),
-                h("webhook-timestamp"),
-                &body,
-                h("webhook-signature"),
-            )
-        });
+        || b.secrets
+            .get(h("x-lerian-tenant-id"))
+            .is_some_and(|secret| {
+                verify(
+                    secret,
+                    h("webhook-id"),
+                    h("webhook-timestamp"),
+                    &body,
+                    h("webhook-signature"),
+                )
+            });
     if !signed {
         s.tally.record_failure(true);
         return StatusCode::UNAUTHORIZED;
@@ -155,7 +158,7 @@ impl Receivers {
     pub fn set(&self, name: &str, mut behaviour: Behaviour) {
         if let Ok(mut m) = self.shared.behaviours.write() {
             if let Some(before) = m.get_mut(name) {
-                behaviour.secrets.append(&mut before.secrets);
+                behaviour.secrets.extend(before.secrets.drain());
             }
             m.insert(name.to_owned(), behaviour);
         }
@@ -222,7 +225,7 @@ mod tests {
         let behaviours = HashMap::from([(
             "a".to_owned(),
             Behaviour {
-                secrets: vec![secret.into()],
+                secrets: HashMap::from([("t1".to_owned(), secret.into())]),
                 ..Behaviour::default()
             },
         )]);
