@@ -116,7 +116,10 @@ pub struct HubConfig {
     /// while each queued record also holds an op of its own and keeps the whole fetch reply it
     /// came in allocated; with small records its default (100,000) let a million-record backlog
     /// hold ~250 MiB in librdkafka (issue 17: RSS peak 702 MiB; 20,000: 584–624, no slower).
-    /// Env `STREAMING_HUB_KAFKA_PREFETCH_RECORDS`. Default 20000.
+    /// Each prefetched record costs ~850 bytes of RSS with the load test's 512-byte payloads:
+    /// over a million pending jobs on 8 partitions, 20,000 peaked at 403–418 MiB and 5,000 at
+    /// 307–322, for ingest ~9 % slower (150 k against 165 k records/s; forty-third session).
+    /// Env `STREAMING_HUB_KAFKA_PREFETCH_RECORDS`. Default 5000.
     pub kafka_prefetch_records: u32,
     /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
     /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.
@@ -245,7 +248,7 @@ impl Default for HubConfig {
             kafka_sources: Default::default(),
             kafka_metadata_refresh_ms: 10_000,
             kafka_prefetch_kib: 8 << 10,
-            kafka_prefetch_records: 20_000,
+            kafka_prefetch_records: 5_000,
             kafka_session_timeout_ms: 45_000,
             shards: 0,
             shard_queue: 8192,
@@ -640,10 +643,10 @@ mod tests {
         c.apply_env(|k| (k == "STREAMING_HUB_SHARDS").then(|| "3".to_owned()))
             .expect("valid");
         assert_eq!(c.shards, 3);
-        assert_eq!(c.kafka_prefetch_records, 20_000, "the default");
-        c.apply_env(|k| (k == "STREAMING_HUB_KAFKA_PREFETCH_RECORDS").then(|| "5000".to_owned()))
+        assert_eq!(c.kafka_prefetch_records, 5_000, "the default");
+        c.apply_env(|k| (k == "STREAMING_HUB_KAFKA_PREFETCH_RECORDS").then(|| "20000".to_owned()))
             .expect("valid");
-        assert_eq!(c.kafka_prefetch_records, 5_000);
+        assert_eq!(c.kafka_prefetch_records, 20_000);
         assert_eq!((c.cql_unit_advance_ms, c.cql_ingest_linger_ms), (200, 0));
         c.apply_env(|k| match k {
             "STREAMING_HUB_CQL_UNIT_ADVANCE_MS" => Some("0".to_owned()),
