@@ -138,6 +138,7 @@ fn one_event_life(c: &mut Criterion) {
             rotation: 0,
             skip: Default::default(),
             pass_over: Default::default(),
+            rooms: Default::default(),
         }))
         .expect("hold the lane");
     };

@@ -238,6 +238,7 @@ fn page_due(c: &mut Criterion) {
                     rotation,
                     skip,
                     pass_over: Default::default(),
+                    rooms: Default::default(),
                 }));
                 assert_eq!(page.expect("page").jobs.len(), 1024);
             })

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::conformance::event;
 use super::{
     AttemptRecord, DeliveryStep, DueQuery, Fence, IngestBatch, Lane, Matches, Settled, Settlement,
-    Store, UnitId,
+    SharedRooms, Store, UnitId,
 };
 
 /// Runs every test on lanes `first_lane .. first_lane + 4`, which nothing else may use (a store
@@ -19,6 +19,7 @@ pub async fn run_all(store: Arc<dyn Store>, ns: &str, first_lane: Lane) {
     leases_retries_dead_letters_and_replay(&*store, ns, first_lane + 2).await;
     lapsed_leases_count_as_recoveries_then_poison(&*store, ns, first_lane + 3).await;
     a_cold_tenant_is_paged_beside_a_hot_backlog(&*store, ns, first_lane).await;
+    a_shared_room_bounds_the_queues_of_one_destination(&*store, ns, first_lane).await;
 }
 
 pub fn attempt(success: bool, at_ms: i64) -> AttemptRecord {
@@ -47,6 +48,7 @@ fn query(
         rotation: 0,
         skip,
         pass_over: HashSet::new(),
+        rooms: Default::default(),
     }
 }
 
@@ -56,6 +58,22 @@ pub(super) async fn due(store: &dyn Store, lane: Lane, now: i64) -> Vec<super::J
         .await
         .expect("due jobs")
         .jobs
+}
+
+/// Cancels every job of `lane` due at `now`, so the lane is empty for the next test.
+async fn cancel_every_due_job(store: &dyn Store, lane: Lane, now: i64) {
+    let all: Vec<Settlement> = due(store, lane, now)
+        .await
+        .into_iter()
+        .map(|j| Settlement {
+            job: j.id,
+            settled: Settled::Cancelled,
+        })
+        .collect();
+    store
+        .delivery_step(step(all, vec![], now))
+        .await
+        .expect("clean up");
 }
 
 pub(super) async fn write_with_jobs(
@@ -364,16 +382,61 @@ pub async fn a_cold_tenant_is_paged_beside_a_hot_backlog(store: &dyn Store, ns: 
         vec![other],
         "{ns}: only the queue of the subscription not passed over is read"
     );
-    let all: Vec<Settlement> = due(store, lane, now)
-        .await
-        .into_iter()
-        .map(|j| Settlement {
-            job: j.id,
-            settled: Settled::Cancelled,
-        })
-        .collect();
-    store
-        .delivery_step(step(all, vec![], now))
-        .await
-        .expect("clean up");
+    cancel_every_due_job(store, lane, now).await;
+}
+
+/// Two subscriptions posting to one destination share its room (R-DI-3): a page returns about
+/// that many of their two queues together, names what the room cut short, and reads a third
+/// queue in full.
+pub async fn a_shared_room_bounds_the_queues_of_one_destination(
+    store: &dyn Store,
+    ns: &str,
+    lane: Lane,
+) {
+    let tenant = format!("{ns}-room");
+    let unit = UnitId::new(format!("http:{ns}-room"), 0);
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let events: Vec<_> = (0..10).map(|_| event(&tenant, "x.created")).collect();
+    let now = events
+        .iter()
+        .map(|e| e.received_at_ms)
+        .max()
+        .unwrap_or_default();
+    write_with_jobs(store, &unit, lane, events, &[a, b, c]).await;
+    let mut rooms = SharedRooms::default();
+    rooms.add([a.as_u128(), b.as_u128()], 5);
+    let shared = DueQuery {
+        rooms,
+        ..query(lane, now, (1000, 10_000), HashSet::new())
+    };
+    let page = store.due_jobs(shared.clone()).await.expect("page");
+    let of = |s: Uuid| page.jobs.iter().filter(|j| j.subscription == s).count();
+    // A store reading queues at once splits the room evenly among them, rounding up.
+    assert!(
+        (5..=6).contains(&(of(a) + of(b))),
+        "{ns}: the shared room bounds both queues together: {} and {}",
+        of(a),
+        of(b)
+    );
+    assert_eq!(of(c), 10, "{ns}: a queue no room names is read in full");
+    assert!(
+        !page.cut.is_empty()
+            && page
+                .cut
+                .is_subset(&HashSet::from([a.as_u128(), b.as_u128()])),
+        "{ns}: the queues the room cut short are named, and only those: {:?}",
+        page.cut
+    );
+    // The jobs held are passed over: the next page within the room brings the next ones.
+    let held: HashSet<u128> = page.jobs.iter().map(|j| j.id).collect();
+    let next = DueQuery {
+        skip: held.clone(),
+        ..shared
+    };
+    let next = store.due_jobs(next).await.expect("page").jobs;
+    assert!(next
+        .iter()
+        .all(|j| !held.contains(&j.id) && j.subscription != c));
+    assert!((5..=6).contains(&next.len()), "{ns}: {} jobs", next.len());
+    cancel_every_due_job(store, lane, now).await;
 }

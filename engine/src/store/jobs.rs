@@ -3,7 +3,7 @@
 //! auto-disable streak).
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -39,6 +39,75 @@ pub struct DueQuery {
     /// (their destination holds its share of the lane's memory, R-DI-3), and pages again once
     /// it has room for them.
     pub pass_over: HashSet<u128>,
+    /// Rooms several queues share: what a destination may still hold of the lane's memory,
+    /// over the subscriptions that post to it (R-DI-3). A page returns about that many of
+    /// their queues together, not each queue's share, and names a queue its room cut short
+    /// in [`DuePage::cut`].
+    pub rooms: SharedRooms,
+}
+
+/// Rooms shared by the queues of several subscriptions ([`DueQuery::rooms`]).
+#[derive(Debug, Clone, Default)]
+pub struct SharedRooms {
+    /// Each subscription's room, by its number in `left`.
+    of: HashMap<u128, usize>,
+    left: Vec<usize>,
+}
+
+impl SharedRooms {
+    /// One room of `room` jobs shared by `subscriptions`' queues.
+    pub fn add(&mut self, subscriptions: impl IntoIterator<Item = u128>, room: usize) {
+        let number = self.left.len();
+        self.left.push(room);
+        self.of
+            .extend(subscriptions.into_iter().map(|s| (s, number)));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.of.is_empty()
+    }
+
+    /// How many of `want` jobs of `subscription`'s queue its room leaves (all of them for a
+    /// subscription no room names).
+    pub fn fit(&self, subscription: u128, want: usize) -> usize {
+        self.of
+            .get(&subscription)
+            .map_or(want, |&number| want.min(self.left[number]))
+    }
+
+    /// `n` jobs of `subscription`'s queue were taken: its room holds that many fewer.
+    pub fn spend(&mut self, subscription: u128, n: usize) {
+        if let Some(&number) = self.of.get(&subscription) {
+            self.left[number] = self.left[number].saturating_sub(n);
+        }
+    }
+
+    /// For queues read at once, by subscription: how many of them share each one's room
+    /// (1 for a queue no room names).
+    pub fn sharing(&self, subscriptions: impl Iterator<Item = u128> + Clone) -> Vec<usize> {
+        let room = |s: &u128| self.of.get(s).copied();
+        subscriptions
+            .clone()
+            .map(|s| match room(&s) {
+                Some(r) => subscriptions.clone().filter(|o| room(o) == Some(r)).count(),
+                None => 1,
+            })
+            .collect()
+    }
+
+    /// The part of its room `subscription`'s queue may return when `sharing` queues of that
+    /// room are read at once: an even part, rounded up (a queue read past what it returns would
+    /// lose its place, so the parts may pass the room by fewer than `sharing` jobs).
+    pub fn part(&self, subscription: u128, sharing: usize, want: usize) -> usize {
+        self.fit(subscription, usize::MAX)
+            .div_ceil(sharing.max(1))
+            .min(want)
+    }
+
+    /// Whether `subscription`'s queue shares a room that is spent.
+    pub fn spent(&self, subscription: u128) -> bool {
+        self.fit(subscription, 1) == 0
+    }
 }
 
 /// A page of due jobs, and whether a limit (a queue's share or the page's size) left due jobs
@@ -47,6 +116,10 @@ pub struct DueQuery {
 pub struct DuePage {
     pub jobs: Vec<JobRecord>,
     pub more: bool,
+    /// Subscriptions whose queues still hold due jobs their shared room left unread
+    /// ([`DueQuery::rooms`]): the caller pages them again once their destination has room,
+    /// and `more` does not count them.
+    pub cut: HashSet<u128>,
 }
 
 /// A job as stored.
@@ -369,6 +442,28 @@ pub struct LaneReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r_di_3_a_shared_room_is_spent_by_every_queue_that_shares_it() {
+        let mut rooms = SharedRooms::default();
+        rooms.add([1, 2], 5);
+        assert_eq!(rooms.fit(3, 100), 100, "a queue no room names");
+        assert_eq!(rooms.fit(1, 100), 5);
+        rooms.spend(1, 4);
+        assert_eq!(
+            rooms.fit(2, 100),
+            1,
+            "what one queue took, the other cannot"
+        );
+        assert!(!rooms.spent(2));
+        rooms.spend(2, 3);
+        assert!(rooms.spent(1) && rooms.spent(2) && !rooms.spent(3));
+        let mut rooms = SharedRooms::default();
+        rooms.add([1, 2, 3], 7);
+        assert_eq!(rooms.sharing([1, 2, 4].into_iter()), vec![2, 2, 1]);
+        assert_eq!(rooms.part(1, 2, 100), 4, "half of 7, rounded up");
+        assert_eq!(rooms.part(1, 2, 3), 3, "never past the queue's own share");
+    }
 
     fn outcome(at_ms: i64, success: bool) -> AttemptRecord {
         AttemptRecord {

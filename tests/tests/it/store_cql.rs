@@ -150,6 +150,7 @@ async fn due_of(store: &dyn Store, lane: Lane, now: i64) -> Vec<hub_engine::stor
             rotation: 0,
             skip: HashSet::new(),
             pass_over: HashSet::new(),
+            rooms: Default::default(),
         })
         .await
         .expect("due jobs")

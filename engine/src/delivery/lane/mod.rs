@@ -40,13 +40,13 @@ use super::fairness::{weight_of, Due, Scheduler};
 use super::pacing::{may_start, LastPage, Pacing, Paging};
 use super::recent::RecentlyLeased;
 use super::shard_webhook::ShardWebhooks;
-use crate::fast_hash::FastMap;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::ingest::jobs::{FreshLeases, Handoff};
 use crate::matching::follow::LocalSubscriptions;
 use crate::runtime::{shard_sleep, TokioBridge};
 use crate::store::{
-    DeliveryStep, DueQuery, JobRecord, Lane, Settled, Settlement, Started, StepOutcome, Store,
-    StoreError,
+    DeliveryStep, DueQuery, JobRecord, Lane, Settled, Settlement, SharedRooms, Started,
+    StepOutcome, Store, StoreError,
 };
 use crate::telemetry::{store_failed, FailedStage};
 use hub_core::partners::PartnerState;

@@ -67,6 +67,7 @@ impl DeliveryLane {
             .collect();
         lane.rotation = lane.rotation.wrapping_add(1);
         let now = crate::clock::now_ms();
+        let (rooms, reopened) = self.reopened_rooms(lane);
         let query = DueQuery {
             lanes: lane.lanes.clone(),
             now_ms: now,
@@ -75,6 +76,7 @@ impl DeliveryLane {
             rotation: lane.rotation,
             skip,
             pass_over: lane.spilled.passed_over(),
+            rooms,
         };
         let page = match self.store.due_jobs_at_once(&query) {
             Some(page) => page,
@@ -95,7 +97,27 @@ impl DeliveryLane {
         for job in page.jobs {
             lane.tally.paged_held += u64::from(self.hold(lane, job));
         }
+        for subscription in page.cut {
+            if let Some(destination) = reopened.get(&subscription) {
+                lane.spilled.destination(destination, subscription);
+            }
+        }
         Ok(page.more)
+    }
+
+    /// The rooms of the destinations down to half since the last page, over the subscriptions
+    /// they had turned away, and each such subscription's destination.
+    fn reopened_rooms(&self, lane: &mut LaneState) -> (SharedRooms, FastMap<u128, String>) {
+        let cap = crate::delivery::fairness::holding_cap(self.config.held_max);
+        let mut rooms = SharedRooms::default();
+        let mut of = FastMap::default();
+        for (destination, subscriptions) in lane.spilled.take_reopened() {
+            let holding = lane.held_per_destination.get(destination.as_str());
+            let room = cap.saturating_sub(holding.copied().unwrap_or(0));
+            rooms.add(subscriptions.iter().copied(), room);
+            of.extend(subscriptions.into_iter().map(|s| (s, destination.clone())));
+        }
+        (rooms, of)
     }
 
     /// Takes jobs ingest handed over. Jobs left to the store (no room) are paged once there is
@@ -121,6 +143,10 @@ impl DeliveryLane {
         let mut all = true;
         let count = jobs.len();
         lane.tally.handed += count as u64;
+        // Subscriptions whose destination turned a job of this hand-off away: it has no room
+        // for their later ones either (a backlog's hand-off can be 100,000 jobs of one
+        // destination, each a subscription lookup only to be left behind).
+        let mut refused = FastSet::default();
         for (i, job) in jobs.into_iter().enumerate() {
             if lane.held.len() >= self.config.held_max {
                 lane.tally.handed_left += (count - i) as u64;
@@ -131,7 +157,11 @@ impl DeliveryLane {
             if lane.recent.contains(job.id) {
                 continue;
             }
-            let held = self.hold(lane, job);
+            let subscription = job.subscription.as_u128();
+            let held = !refused.contains(&subscription) && self.hold(lane, job);
+            if !held {
+                refused.insert(subscription);
+            }
             lane.tally.handed_left += u64::from(!held);
             all &= held;
         }

@@ -13,13 +13,17 @@ use crate::fast_hash::{FastMap, FastSet};
 ///
 /// Until then pages pass over the queues of the subscriptions whose jobs a full destination
 /// turned away (`DueQuery::pass_over`): a page for anyone else (or the poll) read every such
-/// queue's share only to drop it. Once a destination is down to half, a page still reads its
-/// queues up to the lane's room, not its share's (the store does not know destinations): with
-/// ten tenants posting to each of three fast destinations, pages read ~11 jobs for each one held.
+/// queue's share only to drop it. Once a destination is down to half, the next page reads its
+/// subscriptions' queues together up to the room it has left (`DueQuery::rooms`), not each up
+/// to the lane's room: with ten tenants posting to each of three fast destinations, pages read
+/// ~11 jobs for each one held. A queue that room cut short (`DuePage::cut`) is left behind again.
 #[derive(Debug, Default)]
 pub(super) struct Spilled {
     /// Destinations with jobs left behind, and the subscriptions whose jobs they turned away.
     destinations: FastMap<String, FastSet<u128>>,
+    /// Destinations down to half since the last page, with those subscriptions: the next page
+    /// reads them within the destination's room.
+    reopened: FastMap<String, FastSet<u128>>,
     /// The lane was full.
     pub lane: bool,
     /// A spilled destination has room again.
@@ -43,9 +47,19 @@ impl Spilled {
 
     /// `destination` now holds `holding` of its share `cap`: room once it is down to half.
     pub fn held_fewer(&mut self, destination: &str, holding: usize, cap: usize) {
-        if holding <= cap / 2 && self.destinations.remove(destination).is_some() {
+        if holding > cap / 2 {
+            return;
+        }
+        if let Some((destination, subscriptions)) = self.destinations.remove_entry(destination) {
+            self.reopened.insert(destination, subscriptions);
             self.room = true;
         }
+    }
+
+    /// The destinations down to half since the last page, with the subscriptions they had
+    /// turned away (forgotten: the page reads them).
+    pub fn take_reopened(&mut self) -> FastMap<String, FastSet<u128>> {
+        std::mem::take(&mut self.reopened)
     }
 
     /// The subscriptions whose queues a page need not read: their destination is still full.
@@ -100,6 +114,22 @@ mod tests {
         assert_eq!(s.passed_over(), HashSet::from([1, 2, 3]));
         s.held_fewer("https://shared.example", 64, 128);
         assert_eq!(s.passed_over(), HashSet::from([3]), "room again: read");
+    }
+
+    /// A destination down to half is read within its room at the next page, once.
+    #[test]
+    fn r_di_3_a_destination_down_to_half_is_paged_within_its_room_once() {
+        let mut s = Spilled::default();
+        s.destination("https://shared.example", 1);
+        s.destination("https://shared.example", 2);
+        assert!(s.take_reopened().is_empty(), "still full");
+        s.held_fewer("https://shared.example", 64, 128);
+        let reopened = s.take_reopened();
+        assert_eq!(
+            reopened.get("https://shared.example"),
+            Some(&FastSet::from_iter([1, 2]))
+        );
+        assert!(s.take_reopened().is_empty(), "the page read them");
     }
 
     #[test]

@@ -226,7 +226,11 @@ impl CqlStore {
         let late = all(held.iter().map(|&lane| self.late_due(lane, query, clock))).await?;
         let mut out = DuePage::default();
         let mut served_late = HashSet::new();
+        let mut rooms = query.rooms.clone();
         for page in late {
+            for job in &page.jobs {
+                rooms.spend(job.subscription.as_u128(), 1);
+            }
             out.jobs.extend(page.jobs);
             out.more |= page.more;
             served_late.extend(page.queues);
@@ -267,18 +271,39 @@ impl CqlStore {
             }
             // The room left shared by the chunk's queues: a queue's cursor moves past what it
             // read, so reading more than can be returned would pass over jobs until the tail.
+            // A shared room is split the same way among its queues in the chunk.
             let want = per_tenant.min((limit - out.jobs.len()).div_ceil(chunk.len()));
-            let made: Vec<_> = chunk
-                .iter()
-                .map(|q| self.page_queue(q, now, clock, want, &query.skip))
+            let sharing = rooms.sharing(chunk.iter().map(|q| q.2.as_u128()));
+            let made: Vec<_> = (chunk.iter().zip(&sharing))
+                .map(|(q, &n)| {
+                    let part = rooms.part(q.2.as_u128(), n, want);
+                    // A spent room's queues are not read: named cut, paged once it has room.
+                    let spent = part == 0 && rooms.spent(q.2.as_u128());
+                    async move {
+                        match spent {
+                            true => Ok(DuePage {
+                                more: true,
+                                ..DuePage::default()
+                            }),
+                            false => self.page_queue(q, now, clock, part, &query.skip).await,
+                        }
+                    }
+                })
                 .collect();
             let pages: Vec<DuePage> = futures::stream::iter(made)
                 .buffered(QUEUES_AT_ONCE)
                 .try_collect()
                 .await?;
-            for page in pages {
+            for (q, page) in chunk.iter().zip(pages) {
+                let subscription = q.2.as_u128();
+                rooms.spend(subscription, page.jobs.len());
                 let room = limit - out.jobs.len();
-                out.more |= page.more || page.jobs.len() > room;
+                if page.more && rooms.spent(subscription) {
+                    out.cut.insert(subscription);
+                } else {
+                    out.more |= page.more;
+                }
+                out.more |= page.jobs.len() > room;
                 out.jobs.extend(page.jobs.into_iter().take(room));
             }
         }
@@ -468,7 +493,11 @@ impl CqlStore {
         let quiet = tail && out.is_empty();
         self.keep_floor(key, next, now, quiet.then_some(quiet_until));
         out.sort_by_key(|j| (j.due_at_ms, j.id));
-        Ok(DuePage { jobs: out, more })
+        Ok(DuePage {
+            jobs: out,
+            more,
+            cut: HashSet::new(),
+        })
     }
 
     /// The rows of one page of a queue: due by `now`, from `from` or after `after`.

@@ -253,7 +253,8 @@ pub(super) fn release_leases(db: &Database, now_ms: i64) -> Result<usize, StoreE
 }
 
 /// The due jobs of `lanes` (read-only): each queue (tenant, subscription) in turn from
-/// `rotation`, at most `per_tenant` of each; `more` when a limit left one unread.
+/// `rotation`, at most `per_tenant` of each and what its shared room leaves; `more` when a
+/// limit left one unread, `cut` naming the queues a shared room cut short.
 pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, StoreError> {
     let txn = db.begin_read().map_err(unavailable)?;
     let jobs = txn.open_table(JOBS).map_err(unavailable)?;
@@ -279,8 +280,10 @@ pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, Store
     queues.rotate_left(start);
     let now = query.now_ms.max(0) as u64;
     let mut page = DuePage::default();
+    let mut rooms = query.rooms.clone();
     for (lane, tenant, sub) in &queues {
         let want = query.per_tenant.min(query.limit - page.jobs.len());
+        let fit = rooms.fit(*sub, want);
         let mut taken = 0;
         let range = due
             .range(
@@ -297,13 +300,18 @@ pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, Store
             let Some(v) = jobs.get(id).map_err(unavailable)? else {
                 continue;
             };
-            if taken == want {
-                page.more = true;
+            if taken == fit {
+                if rooms.fit(*sub, usize::MAX) == fit {
+                    page.cut.insert(*sub);
+                } else {
+                    page.more = true;
+                }
                 break;
             }
             page.jobs.push(decode::<JobRecord>(v.value())?);
             taken += 1;
         }
+        rooms.spend(*sub, taken);
         if page.more && page.jobs.len() == query.limit {
             break;
         }

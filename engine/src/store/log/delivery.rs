@@ -224,8 +224,9 @@ pub(super) fn replay(
 }
 
 /// The due jobs of `lanes`: each queue (tenant, subscription) in turn from `rotation`, at most
-/// `per_tenant` of each, `limit` in all, passing over `skip` and the queues of `pass_over`;
-/// `more` when a limit left one unread.
+/// `per_tenant` of each, what its shared room leaves (`rooms`), `limit` in all, passing over
+/// `skip` and the queues of `pass_over`; `more` when a limit left one unread, `cut` naming the
+/// queues a shared room cut short.
 pub(super) fn due_jobs(state: &State, query: &DueQuery) -> DuePage {
     let empty: Arc<str> = Arc::from("");
     let mut queues = Vec::new();
@@ -234,7 +235,7 @@ pub(super) fn due_jobs(state: &State, query: &DueQuery) -> DuePage {
         let to = (lane.saturating_add(1), empty.clone(), 0);
         let lane_queues = (state.queues.range(from..to))
             .filter(|(k, _)| k.0 == lane && !query.pass_over.contains(&k.2));
-        queues.extend(lane_queues.map(|(_, queue)| &queue.due));
+        queues.extend(lane_queues.map(|(key, queue)| (key.2, &queue.due)));
     }
     let mut page = DuePage::default();
     if queues.is_empty() {
@@ -242,16 +243,24 @@ pub(super) fn due_jobs(state: &State, query: &DueQuery) -> DuePage {
     }
     let start = (query.rotation % queues.len() as u64) as usize;
     queues.rotate_left(start);
-    for due in queues {
+    let mut rooms = query.rooms.clone();
+    for (subscription, due) in queues {
         let want = query.per_tenant.min(query.limit - page.jobs.len());
+        let fit = rooms.fit(subscription, want);
         let mut entries = (due.up_to((query.now_ms, u64::MAX, u64::MAX)))
             .map(job_of)
             .filter(|id| !query.skip.contains(id))
             .filter_map(|id| state.jobs.get(id).map(|entry| (id, entry)));
-        let jobs = entries.by_ref().take(want);
+        let before = page.jobs.len();
+        let jobs = entries.by_ref().take(fit);
         page.jobs
             .extend(jobs.map(|(id, entry)| state.record(id, entry)));
+        rooms.spend(subscription, page.jobs.len() - before);
         if entries.next().is_some() {
+            if rooms.spent(subscription) {
+                page.cut.insert(subscription);
+                continue;
+            }
             page.more = true;
             if page.jobs.len() == query.limit {
                 break;

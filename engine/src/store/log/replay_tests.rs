@@ -61,6 +61,7 @@ async fn seen(store: &dyn Store, subs: &[Uuid], unit: &UnitId) -> Seen {
             rotation: 0,
             skip: Default::default(),
             pass_over: Default::default(),
+            rooms: Default::default(),
         })
         .await
         .expect("due")
@@ -157,6 +158,7 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
                     rotation: rng.gen(),
                     skip: Default::default(),
                     pass_over: Default::default(),
+                    rooms: Default::default(),
                 })
                 .await
                 .expect("due")
@@ -177,6 +179,7 @@ async fn act(store: &LogStore, rng: &mut StdRng, subs: &[Uuid], unit: &UnitId, n
                     rotation: rng.gen(),
                     skip: Default::default(),
                     pass_over: Default::default(),
+                    rooms: Default::default(),
                 })
                 .await
                 .expect("due")

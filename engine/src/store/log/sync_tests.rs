@@ -382,6 +382,7 @@ async fn r_di_2_due_jobs_are_paged_at_once_only_while_the_log_is_free() {
             rotation: 0,
             skip: skip.into_iter().collect(),
             pass_over: Default::default(),
+            rooms: Default::default(),
         })
     };
     let ids = |page: Option<DuePage>| {
