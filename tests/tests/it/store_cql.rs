@@ -808,6 +808,27 @@ async fn r_di_1_cql_a_row_written_below_its_queues_floor_is_announced_and_delive
             .rows_num()
     };
     assert_eq!(announced().await, 1, "the late row is announced");
+    // R-DI-3: while its destination is full, its subscription's announced rows are not read,
+    // through more than one reading of the announcements (every 5 s).
+    for _ in 0..24 {
+        let passing_over = DueQuery {
+            lanes: vec![lane],
+            now_ms: hub_engine::clock::now_ms(),
+            per_tenant: 100,
+            limit: 1000,
+            rotation: 0,
+            skip: HashSet::new(),
+            pass_over: HashSet::from([sub.as_u128()]),
+            rooms: Default::default(),
+        };
+        let page = store.due_jobs(passing_over).await.expect("page");
+        assert!(
+            page.jobs.is_empty(),
+            "a passed-over subscription's row is not read"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(announced().await, 1, "nor its announcement forgotten");
     let mut found = Vec::new();
     for _ in 0..40 {
         found = due_of(&store, lane, hub_engine::clock::now_ms()).await;

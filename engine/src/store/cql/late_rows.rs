@@ -134,7 +134,7 @@ impl CqlStore {
             return Ok(LatePage::default());
         }
         let lane_i = lane_i32(lane);
-        let named: Vec<Named> = self
+        let mut named: Vec<Named> = self
             .session
             .execute_iter(self.jt.late_list.clone(), (lane_i, READ_AT_ONCE))
             .await
@@ -144,6 +144,9 @@ impl CqlStore {
             .try_collect()
             .await
             .map_err(unavailable)?;
+        // A full destination's subscriptions: their rows are not read (nor their announcements
+        // forgotten) until it has room (`DueQuery::pass_over`).
+        named.retain(|(_, sub, _, _)| !query.pass_over.contains(&sub.as_u128()));
         let rows = all(named.iter().map(|(tenant, sub, due, id)| async move {
             let row: Option<(Option<Vec<u8>>,)> = self
                 .first_row(&self.jt.job_at, (lane_i, tenant, *sub, *due, id.as_slice()))
