@@ -63,10 +63,6 @@ impl SharedRooms {
             .extend(subscriptions.into_iter().map(|s| (s, number)));
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.of.is_empty()
-    }
-
     /// How many of `want` jobs of `subscription`'s queue its room leaves (all of them for a
     /// subscription no room names).
     pub fn fit(&self, subscription: u128, want: usize) -> usize {
