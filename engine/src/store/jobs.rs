@@ -118,6 +118,19 @@ pub struct DuePage {
     pub cut: HashSet<u128>,
 }
 
+impl DuePage {
+    /// `subscription`'s queue still holds due jobs this page left unread: named in `cut` when
+    /// its shared room is spent (the caller pages it once its destination has room), else
+    /// `more`. The one rule all three stores follow.
+    pub fn left_unread(&mut self, rooms: &SharedRooms, subscription: u128) {
+        if rooms.spent(subscription) {
+            self.cut.insert(subscription);
+        } else {
+            self.more = true;
+        }
+    }
+}
+
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {

@@ -269,40 +269,35 @@ impl CqlStore {
                 out.more = true;
                 break;
             }
+            // A spent room's queues are not read: named cut, paged once it has room.
+            let (spent, read): (Vec<&Queue>, Vec<&Queue>) =
+                chunk.iter().partition(|q| rooms.spent(q.2.as_u128()));
+            out.cut.extend(spent.iter().map(|q| q.2.as_u128()));
+            if read.is_empty() {
+                continue;
+            }
             // The room left shared by the chunk's queues: a queue's cursor moves past what it
             // read, so reading more than can be returned would pass over jobs until the tail.
             // A shared room is split the same way among its queues in the chunk.
-            let want = per_tenant.min((limit - out.jobs.len()).div_ceil(chunk.len()));
-            let sharing = rooms.sharing(chunk.iter().map(|q| q.2.as_u128()));
-            let made: Vec<_> = (chunk.iter().zip(&sharing))
+            let want = per_tenant.min((limit - out.jobs.len()).div_ceil(read.len()));
+            let sharing = rooms.sharing(read.iter().map(|q| q.2.as_u128()));
+            let made: Vec<_> = (read.iter().zip(&sharing))
                 .map(|(q, &n)| {
                     let part = rooms.part(q.2.as_u128(), n, want);
-                    // A spent room's queues are not read: named cut, paged once it has room.
-                    let spent = part == 0 && rooms.spent(q.2.as_u128());
-                    async move {
-                        match spent {
-                            true => Ok(DuePage {
-                                more: true,
-                                ..DuePage::default()
-                            }),
-                            false => self.page_queue(q, now, clock, part, &query.skip).await,
-                        }
-                    }
+                    self.page_queue(q, now, clock, part, &query.skip)
                 })
                 .collect();
             let pages: Vec<DuePage> = futures::stream::iter(made)
                 .buffered(QUEUES_AT_ONCE)
                 .try_collect()
                 .await?;
-            for (q, page) in chunk.iter().zip(pages) {
+            for (q, page) in read.iter().zip(pages) {
                 let subscription = q.2.as_u128();
                 rooms.spend(subscription, page.jobs.len());
-                let room = limit - out.jobs.len();
-                if page.more && rooms.spent(subscription) {
-                    out.cut.insert(subscription);
-                } else {
-                    out.more |= page.more;
+                if page.more {
+                    out.left_unread(&rooms, subscription);
                 }
+                let room = limit - out.jobs.len();
                 out.more |= page.jobs.len() > room;
                 out.jobs.extend(page.jobs.into_iter().take(room));
             }

@@ -284,7 +284,7 @@ pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, Store
     for (lane, tenant, sub) in &queues {
         let want = query.per_tenant.min(query.limit - page.jobs.len());
         let fit = rooms.fit(*sub, want);
-        let mut taken = 0;
+        let (mut taken, mut left) = (0, false);
         let range = due
             .range(
                 (*lane, tenant.as_str(), *sub, 0, 0)
@@ -301,17 +301,16 @@ pub(super) fn due_jobs(db: &Database, query: &DueQuery) -> Result<DuePage, Store
                 continue;
             };
             if taken == fit {
-                if rooms.fit(*sub, usize::MAX) == fit {
-                    page.cut.insert(*sub);
-                } else {
-                    page.more = true;
-                }
+                left = true;
                 break;
             }
             page.jobs.push(decode::<JobRecord>(v.value())?);
             taken += 1;
         }
         rooms.spend(*sub, taken);
+        if left {
+            page.left_unread(&rooms, *sub);
+        }
         if page.more && page.jobs.len() == query.limit {
             break;
         }

@@ -257,12 +257,8 @@ pub(super) fn due_jobs(state: &State, query: &DueQuery) -> DuePage {
             .extend(jobs.map(|(id, entry)| state.record(id, entry)));
         rooms.spend(subscription, page.jobs.len() - before);
         if entries.next().is_some() {
-            if rooms.spent(subscription) {
-                page.cut.insert(subscription);
-                continue;
-            }
-            page.more = true;
-            if page.jobs.len() == query.limit {
+            page.left_unread(&rooms, subscription);
+            if page.more && page.jobs.len() == query.limit {
                 break;
             }
         }
