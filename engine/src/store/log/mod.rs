@@ -13,6 +13,7 @@
 //! Invariant: the indexes are only ever changed by applying a record that is in (or going into)
 //! the log, through `State::apply`; replay applies the same records the same way.
 
+mod attempts;
 mod committer;
 mod delivery;
 mod due_set;

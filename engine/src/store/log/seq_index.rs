@@ -4,8 +4,16 @@
 //! took about 90 (issue 17: the events index is the one that grows with retention, not with
 //! pending work). The array is cut in chunks so that expiry frees memory from the front and a
 //! small tenant holds a small last chunk. A seq not held is a hole.
+//!
+//! The index also finds a held event by its ce-id, for deduplication (R-IN-6): a hash table of
+//! seqs hashed by their event's id, 9 bytes a bucket where a set of the ids themselves took 17
+//! (a million pending jobs, issue 17: ~13 MiB). The id is kept once, in the slot.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use uuid::Uuid;
 
 use super::record::Loc;
 use super::state::EventEntry;
@@ -35,6 +43,9 @@ pub(super) struct SeqIndex {
     chunks: VecDeque<Vec<EventEntry>>,
     /// Events held (holes not counted).
     held: usize,
+    /// The held seqs, hashed by their event's ce-id.
+    by_id: HashTable<u64>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl SeqIndex {
@@ -47,15 +58,31 @@ impl SeqIndex {
         self.held == 0
     }
 
-    /// The chunk and slot of `seq`, if it is not before the first chunk.
-    fn place(&self, seq: u64) -> Option<(usize, usize)> {
-        let off = seq.checked_sub(self.base)?;
-        Some((usize::try_from(off / CHUNK).ok()?, (off % CHUNK) as usize))
+    pub fn get(&self, seq: u64) -> Option<&EventEntry> {
+        slot_at(&self.chunks, self.base, seq)
     }
 
-    pub fn get(&self, seq: u64) -> Option<&EventEntry> {
-        let (chunk, slot) = self.place(seq)?;
-        self.chunks.get(chunk)?.get(slot).filter(|e| !is_hole(e))
+    /// Whether an event with ce-id `id` is held.
+    pub fn holds_id(&self, id: Uuid) -> bool {
+        let (chunks, base) = (&self.chunks, self.base);
+        let same = |&seq: &u64| slot_at(chunks, base, seq).is_some_and(|e| e.id == id);
+        self.by_id.find(self.hasher.hash_one(id), same).is_some()
+    }
+
+    /// Finds `seq` by `id` again; call after the slot holds it.
+    fn index_id(&mut self, seq: u64, id: Uuid) {
+        let (chunks, base, hasher) = (&self.chunks, self.base, &self.hasher);
+        let rehash =
+            |&s: &u64| hasher.hash_one(slot_at(chunks, base, s).map_or(Uuid::nil(), |e| e.id));
+        self.by_id.insert_unique(hasher.hash_one(id), seq, rehash);
+    }
+
+    /// Forgets `seq` under `id` (its slot may already be gone).
+    fn unindex_id(&mut self, seq: u64, id: Uuid) {
+        let hash = self.hasher.hash_one(id);
+        if let Ok(found) = self.by_id.find_entry(hash, |&s| s == seq) {
+            found.remove();
+        }
     }
 
     /// Holds `entry` at `seq`; true when the slot held another event (now replaced).
@@ -78,13 +105,17 @@ impl SeqIndex {
             slots.resize(slot, HOLE);
             slots.push(entry);
             self.held += 1;
+            self.index_id(seq, entry.id);
             return false;
         }
-        let replaced = !is_hole(&slots[slot]);
-        slots[slot] = entry;
-        if !replaced {
+        let before = std::mem::replace(&mut slots[slot], entry);
+        let replaced = !is_hole(&before);
+        if replaced {
+            self.unindex_id(seq, before.id);
+        } else {
             self.held += 1;
         }
+        self.index_id(seq, entry.id);
         replaced
     }
 
@@ -112,6 +143,17 @@ impl SeqIndex {
 
     /// Removes every event up to `through`; returns them.
     pub fn expire_through(&mut self, through: u64) -> Vec<EventEntry> {
+        let ids: Vec<(u64, Uuid)> = (self.iter())
+            .take_while(|(seq, _)| *seq <= through)
+            .map(|(seq, e)| (seq, e.id))
+            .collect();
+        for (seq, id) in ids {
+            self.unindex_id(seq, id);
+        }
+        self.drop_through(through)
+    }
+
+    fn drop_through(&mut self, through: u64) -> Vec<EventEntry> {
         let mut gone = Vec::new();
         while let Some(front) = self.chunks.front_mut() {
             if through < self.base {
@@ -138,6 +180,16 @@ impl SeqIndex {
         }
         gone
     }
+}
+
+/// The event held at `seq` in `chunks` starting at `base`.
+fn slot_at(chunks: &VecDeque<Vec<EventEntry>>, base: u64, seq: u64) -> Option<&EventEntry> {
+    let off = seq.checked_sub(base)?;
+    let chunk = usize::try_from(off / CHUNK).ok()?;
+    chunks
+        .get(chunk)?
+        .get((off % CHUNK) as usize)
+        .filter(|e| !is_hole(e))
 }
 
 #[cfg(test)]
@@ -189,6 +241,34 @@ mod tests {
         assert_eq!(index.expire_through(5000).len(), 400);
         assert!(index.is_empty());
         assert!(index.chunks.is_empty(), "nothing left allocated");
+    }
+
+    /// An event is found by its ce-id while it is held: not before, not after it expires, and
+    /// a replaced slot answers for its new id only (R-IN-6).
+    #[test]
+    fn r_in_6_a_held_event_is_found_by_its_ce_id_until_it_expires() {
+        let mut index = SeqIndex::default();
+        let id = |n: u64| uuid::Uuid::from_u128(u128::from(n));
+        assert!(!index.holds_id(id(5)));
+        for seq in 1..=2000 {
+            index.insert(seq, entry(seq));
+        }
+        assert!((1..=2000).all(|n| index.holds_id(id(n))), "every held id");
+        assert!(!index.holds_id(id(2001)));
+        let mut other = entry(7);
+        other.id = id(9_999);
+        assert!(index.insert(7, other));
+        assert!(!index.holds_id(id(7)) && index.holds_id(id(9_999)));
+        index.expire_through(1000);
+        assert!(!index.holds_id(id(9_999)) && !index.holds_id(id(1000)));
+        assert!((1001..=2000).all(|n| index.holds_id(id(n))));
+        assert_eq!(
+            index.by_id.len(),
+            1000,
+            "one seq per held event, none left behind"
+        );
+        index.expire_through(5000);
+        assert!(index.by_id.is_empty());
     }
 
     #[test]

@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use super::attempts::{AttemptNumber, Attempts, NONE};
 pub(super) use super::job_entry::JobEntry;
 use super::job_map::{halves, whole, JobMap};
 use super::record::{Change, Loc};
 use super::seq_index::SeqIndex;
-use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
+use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
 
 /// The indexes' hash maps ([`crate::fast_hash`]).
 pub(super) type Map<K, V> = crate::fast_hash::FastMap<K, V>;
@@ -80,12 +81,15 @@ pub(super) struct State {
     pub heads: Map<String, u64>,
     /// A tenant's events by `seq`.
     pub events: Map<String, SeqIndex>,
-    /// A tenant's dedup marks: the ce-ids it has (R-IN-6).
-    pub dedup: Map<String, Set<Uuid>>,
+    /// A tenant's dedup marks that outlive their events (R-IN-6): the ce-ids of events
+    /// expired within the dedup window. A kept event's mark is its place in `events`.
+    pub lasting_ids: Map<String, Set<Uuid>>,
     /// Dedup marks that outlive their events: `(ends at, tenant, id)` → the event's `seq` and
     /// the segment of the mark's record.
     pub lasting_marks: BTreeMap<(i64, String, u128), (u64, u32)>,
     pub jobs: JobMap,
+    /// The pending jobs' last attempts, numbered.
+    attempts: Attempts,
     /// Queue names by number (a job names its queue by number); a number is freed with its
     /// queue's last job.
     queue_keys: Vec<QueueKey>,
@@ -126,9 +130,9 @@ impl State {
 
     /// Whether `tenant` has an event with ce-id `id` (kept, or its mark still is).
     pub fn has_event(&self, tenant: &str, id: Uuid) -> bool {
-        self.dedup
-            .get(tenant)
-            .is_some_and(|marks| marks.contains(&id))
+        let kept = || self.events.get(tenant).is_some_and(|e| e.holds_id(id));
+        let lasting = || (self.lasting_ids.get(tenant)).is_some_and(|ids| ids.contains(&id));
+        kept() || lasting()
     }
 
     /// An event's arrival, stored at `loc`.
@@ -153,15 +157,6 @@ impl State {
                 let mut events = SeqIndex::default();
                 events.insert(seq, entry);
                 self.events.insert(tenant.to_owned(), events);
-            }
-        }
-        match self.dedup.get_mut(tenant) {
-            Some(marks) => {
-                marks.insert(entry.id);
-            }
-            None => {
-                self.dedup
-                    .insert(tenant.to_owned(), Set::from_iter([entry.id]));
             }
         }
         self.raise_head(tenant, seq);
@@ -272,7 +267,7 @@ impl State {
                 seq,
                 ends_at_ms,
             } => {
-                let marks = self.dedup.entry(tenant.clone()).or_default();
+                let marks = self.lasting_ids.entry(tenant.clone()).or_default();
                 marks.insert(Uuid::from_u128(id));
                 self.lasting_marks
                     .insert((ends_at_ms, tenant, id), (seq, loc.seg));
@@ -282,8 +277,11 @@ impl State {
                 id,
                 ends_at_ms,
             } => {
-                if let Some(marks) = self.dedup.get_mut(&tenant) {
+                if let Some(marks) = self.lasting_ids.get_mut(&tenant) {
                     marks.remove(&Uuid::from_u128(id));
+                    if marks.is_empty() {
+                        self.lasting_ids.remove(&tenant);
+                    }
                 }
                 self.lasting_marks.remove(&(ends_at_ms, tenant, id));
             }
@@ -306,12 +304,12 @@ impl State {
     /// Job `id` as stored, and whether it is leased.
     pub fn job(&self, id: u128) -> Option<(JobRecord, bool)> {
         let entry = self.jobs.get(id)?;
-        Some((self.record(id, entry), entry.leased))
+        Some((self.record(id, entry), entry.leased()))
     }
 
     /// The record of job `id`, whose entry is `entry`.
     pub fn record(&self, id: u128, entry: &JobEntry) -> JobRecord {
-        entry.record(id, self.queue_key(entry))
+        entry.record(id, self.queue_key(entry), self.attempts.get(entry.last))
     }
 
     /// A number for a new queue: a freed one, or the next.
@@ -328,17 +326,22 @@ impl State {
         }
     }
 
-    fn put_job(&mut self, job: JobRecord, leased: bool, seg: u32) {
+    fn put_job(&mut self, mut job: JobRecord, leased: bool, seg: u32) {
         let id = job.id;
+        let attempt = job.last.take();
         if let Some(entry) = self.jobs.get_mut(id) {
             // A rewrite (lease, retry, recovery): same queue, so its number and slot are kept
             // and only its place in the queue moves.
             let before = due_key(entry.due_at_ms, id);
-            *entry = JobEntry::new(job, entry.queue, leased, seg);
+            let (queue, kept) = (entry.queue, entry.last);
+            let last = self.keep_attempt(id, kept, attempt);
+            let Some(entry) = self.jobs.get_mut(id) else {
+                return;
+            };
+            *entry = JobEntry::new(&job, queue, leased, seg, last);
             let after = due_key(entry.due_at_ms, id);
             if before != after {
-                let queue = self.queues.get_mut(&self.queue_keys[entry.queue as usize]);
-                if let Some(queue) = queue {
+                if let Some(queue) = self.queues.get_mut(&self.queue_keys[queue as usize]) {
                     queue.due.remove(&before);
                     queue.due.insert(after);
                 }
@@ -356,15 +359,49 @@ impl State {
                 number
             }
         };
-        let entry = JobEntry::new(job, number, leased, seg);
+        let last = self.keep_attempt(id, NONE, attempt);
+        let entry = JobEntry::new(&job, number, leased, seg, last);
         if let Some(queue) = self.queues.get_mut(&key) {
             queue.due.insert(due_key(entry.due_at_ms, id));
         }
         self.jobs.insert_new(id, entry);
     }
 
+    /// Keeps `attempt` as job `id`'s last, which was `kept`; returns its number.
+    fn keep_attempt(
+        &mut self,
+        id: u128,
+        kept: AttemptNumber,
+        attempt: Option<AttemptRecord>,
+    ) -> AttemptNumber {
+        match (kept, attempt) {
+            (NONE, None) => NONE,
+            (NONE, Some(attempt)) => self.attempts.add(id, attempt),
+            (kept, Some(attempt)) => {
+                self.attempts.set(kept, attempt);
+                kept
+            }
+            (kept, None) => {
+                self.drop_attempt(kept);
+                NONE
+            }
+        }
+    }
+
+    /// Frees attempt `n`; the job whose attempt moved into its slot is renumbered.
+    fn drop_attempt(&mut self, n: AttemptNumber) {
+        if let Some(moved) = self.attempts.free(n) {
+            if let Some(entry) = self.jobs.get_mut(moved) {
+                entry.last = n;
+            }
+        }
+    }
+
     fn remove_job(&mut self, id: u128) {
         if let Some(gone) = self.jobs.remove(id) {
+            if gone.last != NONE {
+                self.drop_attempt(gone.last);
+            }
             self.unqueue(&gone, id);
         }
     }
@@ -391,13 +428,9 @@ impl State {
         if events.is_empty() {
             self.events.remove(tenant);
         }
-        let mut marks = self.dedup.get_mut(tenant);
         for entry in &old {
             if let Some(n) = self.live_events.get_mut(&entry.loc.seg) {
                 *n = n.saturating_sub(1);
-            }
-            if let Some(m) = marks.as_deref_mut() {
-                m.remove(&entry.id);
             }
         }
     }
@@ -407,7 +440,7 @@ impl State {
     /// recovery (R-DI-8). Returns how many.
     pub fn release_leases(&mut self, now_ms: i64) -> usize {
         let leased: Vec<u128> = (self.jobs.iter())
-            .filter(|(_, e)| e.leased)
+            .filter(|(_, e)| e.leased())
             .map(|(id, _)| id)
             .collect();
         for id in &leased {
@@ -416,7 +449,7 @@ impl State {
             };
             let before = entry.due_at_ms;
             entry.due_at_ms = now_ms;
-            entry.leased = false;
+            entry.set_leased(false);
             if let Some(queue) = self.queues.get_mut(&self.queue_keys[entry.queue as usize]) {
                 queue.due.remove(&due_key(before, *id));
                 queue.due.insert(due_key(now_ms, *id));
