@@ -44,9 +44,28 @@ impl Attempts {
         }
     }
 
-    /// Frees attempt `n`. When the last attempt moved into its slot, returns that attempt's job,
-    /// which the caller renumbers to `n`.
-    pub fn free(&mut self, n: AttemptNumber) -> Option<u128> {
+    /// Keeps `attempt` as job `job`'s last, which was `kept`: returns its number, and the job
+    /// an attempt moved for (as `free`).
+    pub fn keep(
+        &mut self,
+        job: u128,
+        kept: AttemptNumber,
+        attempt: Option<AttemptRecord>,
+    ) -> (AttemptNumber, Option<(u128, AttemptNumber)>) {
+        match (kept, attempt) {
+            (NONE, None) => (NONE, None),
+            (NONE, Some(attempt)) => (self.add(job, attempt), None),
+            (kept, Some(attempt)) => {
+                self.set(kept, attempt);
+                (kept, None)
+            }
+            (kept, None) => (NONE, self.free(kept)),
+        }
+    }
+
+    /// Frees attempt `n` (none for `NONE`). When the last attempt moved into its slot, returns
+    /// that attempt's job and its new number, `n`, which the caller tells the job.
+    pub fn free(&mut self, n: AttemptNumber) -> Option<(u128, AttemptNumber)> {
         let slot = n.checked_sub(1)? as usize;
         if slot >= self.slots.len() {
             return None;
@@ -55,7 +74,7 @@ impl Attempts {
         if self.slots.len() * 4 < self.slots.capacity() && self.slots.capacity() > 64 {
             self.slots.shrink_to(self.slots.len() * 2);
         }
-        self.slots.get(slot).map(|(job, _)| whole(*job))
+        self.slots.get(slot).map(|(job, _)| (whole(*job), n))
     }
 
     #[cfg(test)]
@@ -91,7 +110,7 @@ mod tests {
         assert_eq!(attempts.get(NONE), None);
         assert_eq!(
             attempts.free(2),
-            Some(4u128 << 70),
+            Some((4u128 << 70, 2)),
             "the last moved into slot 2"
         );
         assert_eq!(attempts.get(2).map(|a| a.duration_ms), Some(4));
@@ -104,5 +123,13 @@ mod tests {
         assert_eq!(attempts.get(1).map(|a| a.duration_ms), Some(40));
         assert_eq!(attempts.len(), 3);
         assert_eq!(attempts.free(9), None);
+        assert_eq!(attempts.free(NONE), None);
+        assert_eq!(attempts.keep(7, NONE, None), (NONE, None));
+        assert_eq!(attempts.keep(7, NONE, Some(attempt(7))), (4, None));
+        assert_eq!(
+            attempts.keep(7, 4, None),
+            (NONE, None),
+            "the last slot: nothing moved"
+        );
     }
 }

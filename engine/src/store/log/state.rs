@@ -17,7 +17,7 @@ pub(super) use super::job_entry::JobEntry;
 use super::job_map::{halves, whole, JobMap};
 use super::record::{Change, Loc};
 use super::seq_index::SeqIndex;
-use crate::store::{AttemptRecord, DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
+use crate::store::{DeadLetter, DeliveryStats, JobRecord, Lane, StoredEvent};
 
 /// The indexes' hash maps ([`crate::fast_hash`]).
 pub(super) type Map<K, V> = crate::fast_hash::FastMap<K, V>;
@@ -333,11 +333,8 @@ impl State {
             // A rewrite (lease, retry, recovery): same queue, so its number and slot are kept
             // and only its place in the queue moves.
             let before = due_key(entry.due_at_ms, id);
-            let (queue, kept) = (entry.queue, entry.last);
-            let last = self.keep_attempt(id, kept, attempt);
-            let Some(entry) = self.jobs.get_mut(id) else {
-                return;
-            };
+            let queue = entry.queue;
+            let (last, moved) = self.attempts.keep(id, entry.last, attempt);
             *entry = JobEntry::new(&job, queue, leased, seg, last);
             let after = due_key(entry.due_at_ms, id);
             if before != after {
@@ -346,6 +343,7 @@ impl State {
                     queue.due.insert(after);
                 }
             }
+            self.renumber_attempt(moved);
             return;
         }
         let tenant = self.tenant_name(&job.tenant);
@@ -359,7 +357,7 @@ impl State {
                 number
             }
         };
-        let last = self.keep_attempt(id, NONE, attempt);
+        let (last, _) = self.attempts.keep(id, NONE, attempt);
         let entry = JobEntry::new(&job, number, leased, seg, last);
         if let Some(queue) = self.queues.get_mut(&key) {
             queue.due.insert(due_key(entry.due_at_ms, id));
@@ -367,31 +365,10 @@ impl State {
         self.jobs.insert_new(id, entry);
     }
 
-    /// Keeps `attempt` as job `id`'s last, which was `kept`; returns its number.
-    fn keep_attempt(
-        &mut self,
-        id: u128,
-        kept: AttemptNumber,
-        attempt: Option<AttemptRecord>,
-    ) -> AttemptNumber {
-        match (kept, attempt) {
-            (NONE, None) => NONE,
-            (NONE, Some(attempt)) => self.attempts.add(id, attempt),
-            (kept, Some(attempt)) => {
-                self.attempts.set(kept, attempt);
-                kept
-            }
-            (kept, None) => {
-                self.drop_attempt(kept);
-                NONE
-            }
-        }
-    }
-
-    /// Frees attempt `n`; the job whose attempt moved into its slot is renumbered.
-    fn drop_attempt(&mut self, n: AttemptNumber) {
-        if let Some(moved) = self.attempts.free(n) {
-            if let Some(entry) = self.jobs.get_mut(moved) {
+    /// Tells the job whose attempt moved (`Attempts::free`) its new number.
+    fn renumber_attempt(&mut self, moved: Option<(u128, AttemptNumber)>) {
+        if let Some((job, n)) = moved {
+            if let Some(entry) = self.jobs.get_mut(job) {
                 entry.last = n;
             }
         }
@@ -399,9 +376,8 @@ impl State {
 
     fn remove_job(&mut self, id: u128) {
         if let Some(gone) = self.jobs.remove(id) {
-            if gone.last != NONE {
-                self.drop_attempt(gone.last);
-            }
+            let moved = self.attempts.free(gone.last);
+            self.renumber_attempt(moved);
             self.unqueue(&gone, id);
         }
     }
@@ -477,6 +453,7 @@ fn expire_forensics(
 mod tests {
     use super::*;
     use crate::store::conformance::event;
+    use crate::store::AttemptRecord;
 
     fn job(tenant: &str, lane: Lane, due_at_ms: i64) -> JobRecord {
         let mut job = JobRecord::created(&event(tenant, "loan.approved"), 1, Uuid::now_v7(), lane);
@@ -536,5 +513,47 @@ mod tests {
         assert!(
             state.queues.is_empty() && state.free_queue_numbers.len() == state.queue_keys.len()
         );
+    }
+
+    /// A job's last attempt survives another job's attempt leaving: the attempt moved into the
+    /// freed slot is renumbered in its job, and a rewrite without an attempt drops its own.
+    #[test]
+    fn r_di_8_last_attempts_stay_with_their_jobs_as_others_leave() {
+        let mut state = State::default();
+        let attempt = |ms: i64| AttemptRecord {
+            at_ms: ms,
+            success: false,
+            error_class: Some("http_status".into()),
+            status_code: Some(503),
+            detail: String::new(),
+            duration_ms: 1,
+        };
+        let jobs: Vec<JobRecord> = (0..3)
+            .map(|n| {
+                let mut j = job("t-a", 1, 10);
+                j.last = Some(attempt(n));
+                j
+            })
+            .collect();
+        for j in &jobs {
+            let (job, leased) = (j.clone(), false);
+            state.apply(at(), Change::Job { job, leased });
+        }
+        state.apply(at(), Change::JobGone { id: jobs[0].id });
+        let last_of = |state: &State, id| state.job(id).and_then(|(j, _)| j.last.map(|a| a.at_ms));
+        assert_eq!(last_of(&state, jobs[1].id), Some(1));
+        assert_eq!(last_of(&state, jobs[2].id), Some(2), "moved, renumbered");
+        let mut bare = jobs[1].clone();
+        bare.last = None;
+        state.apply(
+            at(),
+            Change::Job {
+                job: bare,
+                leased: true,
+            },
+        );
+        assert_eq!(last_of(&state, jobs[1].id), None);
+        assert_eq!(last_of(&state, jobs[2].id), Some(2));
+        assert_eq!(state.attempts.len(), 1);
     }
 }
