@@ -69,7 +69,8 @@ impl SeqIndex {
         self.by_id.find(self.hasher.hash_one(id), same).is_some()
     }
 
-    /// Finds `seq` by `id` again; call after the slot holds it.
+    /// Makes `seq` findable by `id`. Called once the slot holds it: a growth of the table
+    /// rehashes every seq through its slot.
     fn index_id(&mut self, seq: u64, id: Uuid) {
         let (chunks, base, hasher) = (&self.chunks, self.base, &self.hasher);
         let rehash =
