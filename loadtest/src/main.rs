@@ -6,6 +6,7 @@
 
 mod broker_latency;
 mod cql_requests;
+mod cycle_kinds;
 mod deliver;
 mod faults;
 mod floor;

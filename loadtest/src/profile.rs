@@ -1,7 +1,8 @@
 //! A profile of the hub over a run's measured phase (`--profile`, issue 17): `perf record` with
 //! DWARF call stacks on the hub process, folded by `inferno-collapse-perf` and drawn by
 //! `inferno-flamegraph` into `flame.svg` beside the report. The report gets the shares that need
-//! no picture: each thread's part of the samples, and the functions the samples stopped in.
+//! no picture: each thread's part of the samples, what the cycles were doing by kind
+//! (`cycle_kinds`), and the functions the samples stopped in.
 //!
 //! Beside it, `perf stat` counts the hub's wake-ups over the same window: the syscalls a
 //! shard's reactor makes to sleep and wake (`io_uring_enter`, `membarrier`), the other threads'
@@ -48,6 +49,8 @@ pub struct ProfileFigures {
     pub threads: Vec<Share>,
     /// The functions the samples stopped in (self time), largest first.
     pub functions: Vec<Share>,
+    /// What the cycles were doing, by kind (`cycle_kinds`).
+    pub kinds: Vec<Share>,
     /// Syscalls and context switches over the same window (`perf stat`).
     pub counted: Vec<Counted>,
 }
@@ -168,7 +171,8 @@ impl Profiling {
         // The folded stacks stay for reading with grep (not committed: `.gitignore`).
         std::fs::write(self.dir.join("stacks.folded"), &folded)?;
         let _ = std::fs::remove_file(&self.data);
-        let (cycles, threads, functions) = shares(&String::from_utf8_lossy(&folded));
+        let folded = String::from_utf8_lossy(&folded);
+        let (cycles, threads, functions) = shares(&folded);
         Ok(ProfileFigures {
             seconds,
             cycles,
@@ -176,6 +180,7 @@ impl Profiling {
             command: std::mem::take(&mut self.command),
             threads,
             functions,
+            kinds: crate::cycle_kinds::kinds(&folded),
             counted,
         })
     }
@@ -231,6 +236,10 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
     );
     for t in &p.threads {
         let _ = writeln!(md, "| `{}` | {:.1} % |", t.name, pct(t.cycles));
+    }
+    let _ = writeln!(md, "\n| what the cycles were doing | share |\n|---|---|");
+    for k in &p.kinds {
+        let _ = writeln!(md, "| {} | {:.1} % |", k.name, pct(k.cycles));
     }
     let _ = writeln!(
         md,
@@ -343,6 +352,7 @@ mod tests {
             command: "perf record".to_owned(),
             threads: vec![share("hub-shard-1", 150), share("log-commit", 50)],
             functions: vec![share("a|b", 20)],
+            kinds: vec![share("user space", 120)],
             counted: vec![Counted {
                 name: "io_uring_enter".to_owned(),
                 count: 70_000,
@@ -350,7 +360,8 @@ mod tests {
         };
         let md = section(&p, Some(500.0));
         let at = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s} missing in {md}"));
-        assert!(at("| `hub-shard-1` | 75.0 % |") < at("| `io_uring_enter` | 7000 | 14.0 |"));
+        assert!(at("| `hub-shard-1` | 75.0 % |") < at("| user space | 60.0 % |"));
+        assert!(at("| user space | 60.0 % |") < at("| `io_uring_enter` | 7000 | 14.0 |"));
         assert!(at("| `io_uring_enter` | 7000 | 14.0 |") < at("| `a\\|b` | 10.0 % |"));
     }
 

@@ -142,37 +142,35 @@ impl SeqIndex {
         self.from(0)
     }
 
-    /// Removes every event up to `through`; returns them.
+    /// Removes every event up to `through`, and their ids from `by_id`; returns them.
     pub fn expire_through(&mut self, through: u64) -> Vec<EventEntry> {
-        let ids: Vec<(u64, Uuid)> = (self.iter())
-            .take_while(|(seq, _)| *seq <= through)
-            .map(|(seq, e)| (seq, e.id))
-            .collect();
-        for (seq, id) in ids {
-            self.unindex_id(seq, id);
+        let gone = self.drop_through(through);
+        for &(seq, entry) in &gone {
+            self.unindex_id(seq, entry.id);
         }
-        self.drop_through(through)
+        gone.into_iter().map(|(_, entry)| entry).collect()
     }
 
-    fn drop_through(&mut self, through: u64) -> Vec<EventEntry> {
+    /// Takes every event up to `through` out of the slots, with its seq.
+    fn drop_through(&mut self, through: u64) -> Vec<(u64, EventEntry)> {
         let mut gone = Vec::new();
         while let Some(front) = self.chunks.front_mut() {
             if through < self.base {
                 break;
             }
-            let last_of_front = self.base + CHUNK - 1;
+            let base = self.base;
+            let held_at =
+                |(at, e): (usize, EventEntry)| (!is_hole(&e)).then_some((base + at as u64, e));
+            let last_of_front = base + CHUNK - 1;
             if through >= last_of_front {
-                gone.extend(front.drain(..).filter(|e| !is_hole(e)));
+                gone.extend(front.drain(..).enumerate().filter_map(held_at));
                 self.chunks.pop_front();
                 self.base += CHUNK;
                 continue;
             }
-            let upto = ((through - self.base + 1) as usize).min(front.len());
-            for e in &mut front[..upto] {
-                if !is_hole(e) {
-                    gone.push(std::mem::replace(e, HOLE));
-                }
-            }
+            let upto = ((through - base + 1) as usize).min(front.len());
+            let taken = front[..upto].iter_mut().map(|e| std::mem::replace(e, HOLE));
+            gone.extend(taken.enumerate().filter_map(held_at));
             break;
         }
         self.held -= gone.len();
