@@ -492,6 +492,7 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-kafka".into())
             .spawn(move || {
+                crate::runtime::never_preempt_a_shard();
                 if let Err(e) = run_ingest_consumer(ingest_consumer, work) {
                     tracing::error!(error = %e, "kafka ingest consumer failed");
                 }
@@ -501,6 +502,7 @@ fn start_kafka(
         std::thread::Builder::new()
             .name("hub-dlq".into())
             .spawn(move || {
+                crate::runtime::never_preempt_a_shard();
                 dlq::run_dlq_consumer(dlq_consumer, store, handle, stop, dlq_leave_within);
             })?
     };

@@ -67,6 +67,7 @@ pub fn build_tokio_runtime(worker_threads: usize) -> std::io::Result<tokio::runt
         .worker_threads(worker_threads.max(1))
         .max_blocking_threads(BLOCKING_THREADS)
         .thread_name("hub-tokio")
+        .on_thread_start(super::never_preempt_a_shard)
         .enable_all()
         .build()
 }

@@ -5,11 +5,13 @@
 //! another thread-per-core runtime touches one folder.
 
 pub mod allocator;
+mod beside_shards;
 mod bridge;
 pub mod http;
 mod nudge;
 mod shards;
 
+pub use beside_shards::never_preempt_a_shard;
 pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
 pub use nudge::note_work;
 pub use shards::on_shard;

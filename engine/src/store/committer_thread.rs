@@ -41,6 +41,7 @@ impl<W: Send + 'static> CommitterThread<W> {
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                crate::runtime::never_preempt_a_shard();
                 let mut riders = Riders::default();
                 let mut wake = None;
                 while let Some(mut group) = riders.next(&rx, wake) {

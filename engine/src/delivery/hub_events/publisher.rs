@@ -96,7 +96,10 @@ impl Publisher {
             .spawn({
                 let producer = producer.clone();
                 let poller = poller.clone();
-                move || serve_reports(&producer, &poller)
+                move || {
+                    crate::runtime::never_preempt_a_shard();
+                    serve_reports(&producer, &poller)
+                }
             })?
             .thread()
             .clone();
