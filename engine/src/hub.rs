@@ -23,7 +23,7 @@ use crate::ingest::partition_feed::{PartitionFeed, ShardQueues};
 use crate::ingest::shard::{ShardIngest, ShardRouting};
 use crate::ingest::{dlq, KeyObserver, Observers, RecordIn, StoreKeyObserver};
 use crate::readiness::{ComponentState, Readiness};
-use crate::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
+use crate::runtime::{build_tokio_runtime_beside_shards, spawn_shards, ShardConfig, TokioBridge};
 use crate::store::choice::{embedded_format, open_embedded};
 use crate::store::cql::{CqlSettings, CqlStore};
 use crate::store::Store;
@@ -94,7 +94,7 @@ pub fn run_standalone(
     config: HubConfig,
     make_control: impl FnOnce(&tokio::runtime::Runtime) -> anyhow::Result<InProcessControl>,
 ) -> anyhow::Result<()> {
-    let tokio = build_tokio_runtime(2)?;
+    let tokio = build_tokio_runtime_beside_shards(2)?;
     let stopped = stop_signal(&tokio);
     let (store, cql) = open_store(&config, &tokio)?;
     let limits = VerdictLimits {
@@ -488,23 +488,16 @@ fn start_kafka(
     let stop = work.stop.clone();
     // The observer stops at once, so it may take the ingest consumer's whole budget to leave.
     let dlq_leave_within = work.drain + work.leave_within;
-    let consumer_thread =
-        std::thread::Builder::new()
-            .name("hub-kafka".into())
-            .spawn(move || {
-                crate::runtime::never_preempt_a_shard();
-                if let Err(e) = run_ingest_consumer(ingest_consumer, work) {
-                    tracing::error!(error = %e, "kafka ingest consumer failed");
-                }
-            })?;
+    let consumer_thread = crate::runtime::spawn_beside_shards("hub-kafka", move || {
+        if let Err(e) = run_ingest_consumer(ingest_consumer, work) {
+            tracing::error!(error = %e, "kafka ingest consumer failed");
+        }
+    })?;
     let dlq_thread = {
         let handle = bridge.handle().clone();
-        std::thread::Builder::new()
-            .name("hub-dlq".into())
-            .spawn(move || {
-                crate::runtime::never_preempt_a_shard();
-                dlq::run_dlq_consumer(dlq_consumer, store, handle, stop, dlq_leave_within);
-            })?
+        crate::runtime::spawn_beside_shards("hub-dlq", move || {
+            dlq::run_dlq_consumer(dlq_consumer, store, handle, stop, dlq_leave_within);
+        })?
     };
     Ok(vec![consumer_thread, dlq_thread])
 }

@@ -43,13 +43,7 @@ const USER: &str = "user space (the hub, its libraries, the allocator)";
 /// with user space last; kinds no sample fell in are left out.
 pub fn kinds(folded: &str) -> Vec<Share> {
     let mut cycles: HashMap<&str, u64> = HashMap::new();
-    for line in folded.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.parse::<u64>() else {
-            continue;
-        };
+    for (stack, count) in crate::profile::samples(folded) {
         let frames: Vec<&str> = stack.split(';').skip(1).collect();
         let kind = KINDS
             .iter()

@@ -298,13 +298,7 @@ fn shares(folded: &str) -> (u64, Vec<Share>, Vec<Share>) {
     let mut threads: HashMap<String, u64> = HashMap::new();
     let mut functions: HashMap<String, u64> = HashMap::new();
     let mut total = 0;
-    for line in folded.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.parse::<u64>() else {
-            continue;
-        };
+    for (stack, count) in samples(folded) {
         total += count;
         let mut frames = stack.split(';');
         let thread = frames.next().unwrap_or_default();
@@ -313,6 +307,15 @@ fn shares(folded: &str) -> (u64, Vec<Share>, Vec<Share>) {
         *functions.entry(inner.to_owned()).or_default() += count;
     }
     (total, largest(threads, usize::MAX), largest(functions, TOP))
+}
+
+/// Each line of folded stacks as its stack (`thread;outer;…;inner`) and the cycles it stands for;
+/// lines that are not one are passed over.
+pub fn samples(folded: &str) -> impl Iterator<Item = (&str, u64)> {
+    folded.lines().filter_map(|line| {
+        let (stack, count) = line.rsplit_once(' ')?;
+        Some((stack, count.parse().ok()?))
+    })
 }
 
 /// A thread's name with a trailing number kept only where it tells shards apart.

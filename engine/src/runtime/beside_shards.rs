@@ -10,8 +10,22 @@
 //! preempting the running one: it runs when a shard parks (a busy shard parks every few hundred
 //! microseconds) or at the scheduler's next tick. Its share of CPU is unchanged (same nice).
 
+/// Starts thread `name` running `work` under `SCHED_BATCH`: every thread the hub starts beside
+/// its shards goes through here, so none is left able to preempt them.
+pub fn spawn_beside_shards<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            never_preempt_a_shard();
+            work()
+        })
+}
+
 /// Puts the calling thread under `SCHED_BATCH`; a kernel that refuses leaves it as it was (only
-/// the preemptions come back).
+/// the preemptions come back). For threads started elsewhere (the tokio bridge's workers).
 #[allow(unsafe_code)]
 pub fn never_preempt_a_shard() {
     let param = libc::sched_param { sched_priority: 0 };
@@ -35,15 +49,12 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::disallowed_methods)] // a plain test thread, not a shard
     fn r_di_2_a_thread_beside_the_shards_runs_as_batch_and_its_spawner_is_untouched() {
         let before = policy();
-        let inside = std::thread::spawn(|| {
-            super::never_preempt_a_shard();
-            policy()
-        })
-        .join()
-        .expect("thread");
+        let inside = super::spawn_beside_shards("beside", policy)
+            .expect("spawn")
+            .join()
+            .expect("thread");
         assert_eq!(inside, libc::SCHED_BATCH);
         assert_eq!(policy(), before, "only the calling thread changes");
     }

@@ -60,14 +60,28 @@ impl TokioBridge {
 /// threads and the hub's RSS went from 250 to 850 MiB until they idled out (issue 17).
 const BLOCKING_THREADS: usize = 16;
 
-/// Builds the tokio runtime the engine keeps beside its shards. Small on purpose: it only carries
-/// driver I/O, never pipeline work.
+/// Builds the hub's tokio runtime, for a process without shards (the separate control plane).
+/// Small on purpose: it only carries driver I/O, never pipeline work.
 pub fn build_tokio_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+    tokio_builder(worker_threads).build()
+}
+
+/// The tokio runtime an engine keeps beside its shards: its threads never preempt a shard
+/// (`never_preempt_a_shard`).
+pub fn build_tokio_runtime_beside_shards(
+    worker_threads: usize,
+) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio_builder(worker_threads)
+        .on_thread_start(super::never_preempt_a_shard)
+        .build()
+}
+
+fn tokio_builder(worker_threads: usize) -> tokio::runtime::Builder {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
         .worker_threads(worker_threads.max(1))
         .max_blocking_threads(BLOCKING_THREADS)
         .thread_name("hub-tokio")
-        .on_thread_start(super::never_preempt_a_shard)
-        .enable_all()
-        .build()
+        .enable_all();
+    builder
 }

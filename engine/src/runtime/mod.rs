@@ -11,8 +11,10 @@ pub mod http;
 mod nudge;
 mod shards;
 
-pub use beside_shards::never_preempt_a_shard;
-pub use bridge::{build_tokio_runtime, BridgeClosed, TokioBridge};
+pub use beside_shards::{never_preempt_a_shard, spawn_beside_shards};
+pub use bridge::{
+    build_tokio_runtime, build_tokio_runtime_beside_shards, BridgeClosed, TokioBridge,
+};
 pub use nudge::note_work;
 pub use shards::on_shard;
 pub use shards::{

@@ -38,23 +38,20 @@ impl<W: Send + 'static> CommitterThread<W> {
         mut commit: impl FnMut(Vec<W>) -> Option<Instant> + Send + 'static,
     ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel::<Queued<W>>();
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                crate::runtime::never_preempt_a_shard();
-                let mut riders = Riders::default();
-                let mut wake = None;
-                while let Some(mut group) = riders.next(&rx, wake) {
-                    while group.len() < GROUP {
-                        match rx.try_recv() {
-                            Ok(Queued::Now(work) | Queued::Riding(work)) => group.push(work),
-                            Err(_) => break,
-                        }
+        let thread = crate::runtime::spawn_beside_shards(name, move || {
+            let mut riders = Riders::default();
+            let mut wake = None;
+            while let Some(mut group) = riders.next(&rx, wake) {
+                while group.len() < GROUP {
+                    match rx.try_recv() {
+                        Ok(Queued::Now(work) | Queued::Riding(work)) => group.push(work),
+                        Err(_) => break,
                     }
-                    wake = commit(group);
                 }
-            })
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                wake = commit(group);
+            }
+        })
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         Ok(Self {
             name,
             queue: Mutex::new(Some(tx)),

@@ -91,18 +91,13 @@ impl Publisher {
     pub fn new(config: &ClientConfig) -> anyhow::Result<Self> {
         let producer: Arc<BaseProducer<Reports>> = Arc::new(config.create_with_context(Reports)?);
         let poller = Arc::new(Poller::default());
-        let thread = std::thread::Builder::new()
-            .name("hub-publish".into())
-            .spawn({
-                let producer = producer.clone();
-                let poller = poller.clone();
-                move || {
-                    crate::runtime::never_preempt_a_shard();
-                    serve_reports(&producer, &poller)
-                }
-            })?
-            .thread()
-            .clone();
+        let thread = crate::runtime::spawn_beside_shards("hub-publish", {
+            let producer = producer.clone();
+            let poller = poller.clone();
+            move || serve_reports(&producer, &poller)
+        })?
+        .thread()
+        .clone();
         Ok(Self {
             shared: Arc::new(Shared {
                 producer,
