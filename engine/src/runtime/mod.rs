@@ -4,6 +4,7 @@
 //! glommio's last release is 0.9 (2024): every use of it stays behind this module, so a move to
 //! another thread-per-core runtime touches one folder.
 
+mod alarm;
 pub mod allocator;
 mod beside_shards;
 mod bridge;
@@ -11,6 +12,7 @@ pub mod http;
 mod nudge;
 mod shards;
 
+pub use alarm::{Alarm, Rings};
 pub use beside_shards::{never_preempt_a_shard, spawn_beside_shards};
 pub use bridge::{
     build_tokio_runtime, build_tokio_runtime_beside_shards, BridgeClosed, TokioBridge,

@@ -20,7 +20,7 @@ mod tally;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::control_link::ControlLink;
 use bytes::Bytes;
@@ -43,7 +43,7 @@ use super::shard_webhook::ShardWebhooks;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::ingest::jobs::{FreshLeases, Handoff};
 use crate::matching::follow::LocalSubscriptions;
-use crate::runtime::{shard_sleep, TokioBridge};
+use crate::runtime::{shard_sleep, Alarm, TokioBridge};
 use crate::store::{
     DeliveryStep, DueQuery, JobRecord, Lane, Settled, Settlement, SharedRooms, Started,
     StepOutcome, Store, StoreError,
@@ -222,6 +222,8 @@ impl DeliveryLane {
             crate::clock::now_ms(),
         );
         let mut backoff = Duration::from_millis(50);
+        // The lane's one wake-up timer, moved only when its deadline moves.
+        let mut alarm = Alarm::default();
         let leases_at_ingest = self.store.leases_at_ingest();
         // When the stop began, and whether a slow drain was reported: a stop that outlasts its
         // grace should say what the lane still waited for.
@@ -303,7 +305,8 @@ impl DeliveryLane {
                     Err(_) => futures::future::pending().await,
                 }
             };
-            let timer = shard_sleep(Duration::from_millis(sleep as u64));
+            alarm.set(Instant::now() + Duration::from_millis(sleep as u64));
+            let timer = alarm.rings();
             futures::pin_mut!(next_done, step_done, nudge, handed, timer);
             let event = match select(
                 step_done,

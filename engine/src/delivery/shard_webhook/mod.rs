@@ -23,7 +23,7 @@ use hyper::header::{HeaderValue, HOST, USER_AGENT};
 
 use crate::fast_hash::FastMap;
 use crate::runtime::http::{connect, ConnectFailed, Connection, Origin, ShardHttp};
-use crate::runtime::{shard_sleep, TokioBridge};
+use crate::runtime::{Alarm, TokioBridge};
 
 /// Most endpoints a shard keeps checked; past it the list starts again (a changed endpoint is
 /// a new one, so an old entry is only memory).
@@ -133,7 +133,10 @@ impl ShardWebhooks {
     pub async fn send(&self, a: &Attempt<'_>, keys: &Keys) -> Outcome {
         let started = Instant::now();
         let attempt = self.attempt(a, keys, started);
-        let timer = shard_sleep(a.timeout);
+        // An alarm, not a plain timer: the attempt is polled at each step of its request, and
+        // a timer registers itself with the reactor again at every poll.
+        let mut alarm = Alarm::after(a.timeout);
+        let timer = alarm.rings();
         futures::pin_mut!(attempt, timer);
         match select(attempt, timer).await {
             Either::Left((outcome, _)) => outcome,
