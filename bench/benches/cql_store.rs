@@ -66,7 +66,7 @@ fn batch(size: usize, next: i64, run: &str, lane: Lane) -> IngestBatch {
                 &format!("{run}-t-{}", i % TENANTS),
                 "loan_application.approved",
             );
-            e.payload = vec![b'x'; 512];
+            e.payload = vec![b'x'; 512].into();
             e
         })
         .collect();

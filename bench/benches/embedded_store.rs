@@ -28,7 +28,7 @@ fn batch(size: usize, next: i64) -> IngestBatch {
     let events = (0..size)
         .map(|i| {
             let mut e = event(&format!("t-{}", i % TENANTS), "loan_application.approved");
-            e.payload = vec![b'x'; 512];
+            e.payload = vec![b'x'; 512].into();
             e
         })
         .collect();

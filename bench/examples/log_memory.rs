@@ -52,7 +52,7 @@ fn main() {
             events: (0..BATCH)
                 .map(|i| {
                     let mut e = event(&format!("t-{}", i % TENANTS), "loan.approved");
-                    e.payload = vec![b'x'; 256];
+                    e.payload = vec![b'x'; 256].into();
                     e
                 })
                 .collect(),

@@ -17,7 +17,7 @@ pub struct PulledEvent {
     pub time: String,
     pub subject: Option<String>,
     pub content_type: String,
-    pub payload: Vec<u8>,
+    pub payload: bytes::Bytes,
 }
 
 impl PulledEvent {
@@ -141,7 +141,7 @@ mod tests {
             time: "2026-01-01T00:00:00Z".into(),
             subject: Some("loan-1".into()),
             content_type: content_type.into(),
-            payload: payload.to_vec(),
+            payload: bytes::Bytes::copy_from_slice(payload),
         }
     }
 

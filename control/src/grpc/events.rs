@@ -39,7 +39,7 @@ fn message(e: PulledEvent) -> Event {
         time: e.time,
         subject: e.subject,
         content_type: e.content_type,
-        data: e.payload,
+        data: e.payload.into(),
         cursor: e.seq,
     }
 }

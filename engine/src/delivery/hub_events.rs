@@ -111,7 +111,7 @@ impl HubEvents for PipelineEvents {
             data_schema: None,
             traceparent: None,
             tracestate: None,
-            payload: detail.to_string().into_bytes(),
+            payload: detail.to_string().into_bytes().into(),
             received_at_ms: now,
             offset: -1,
         };

@@ -37,7 +37,7 @@ pub fn event(tenant: &str, key: &str) -> InboxEvent {
         data_schema: None,
         traceparent: None,
         tracestate: None,
-        payload: br#"{"amount":100}"#.to_vec(),
+        payload: bytes::Bytes::from_static(br#"{"amount":100}"#),
         received_at_ms: 1_764_000_000_000,
         offset: 0,
     }
@@ -52,7 +52,7 @@ pub async fn write_big_event(
     n: i64,
 ) -> Result<(), String> {
     let mut e = event("t-full", "x.created");
-    e.payload = vec![b'x'; 32 << 10];
+    e.payload = vec![b'x'; 32 << 10].into();
     let batch = IngestBatch {
         events: vec![e],
         next_offset: Some(n + 1),
@@ -126,7 +126,7 @@ pub async fn dedup_first_write_wins_and_seq_increases(store: &dyn Store, ns: &st
     assert!(first.duplicates.is_empty());
 
     let mut a_again = a.clone();
-    a_again.payload = b"a different body must not overwrite".to_vec();
+    a_again.payload = b"a different body must not overwrite".to_vec().into();
     let second = write(store, &unit, fence, vec![a_again, c.clone(), c.clone()], 5).await;
     assert_eq!(
         second.stored,

@@ -39,8 +39,9 @@ pub struct InboxEvent {
     pub data_schema: Option<String>,
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
-    #[serde(with = "serde_bytes")]
-    pub payload: Vec<u8>,
+    /// Shared, not copied, by every attempt that sends it (issue 17: a copy and an allocation
+    /// per attempt). Stored as the bytes `serde_bytes` wrote before, so old records read alike.
+    pub payload: bytes::Bytes,
     /// When the hub received it (Unix ms); the 24-hour attempt rule counts from here.
     pub received_at_ms: i64,
     /// Kafka position it came from (offset -1 for HTTP ingest).
@@ -70,7 +71,7 @@ impl InboxEvent {
             data_schema: own(ev.data_schema),
             traceparent: own(ev.traceparent),
             tracestate: own(ev.tracestate),
-            payload,
+            payload: payload.into(),
             received_at_ms,
             offset,
         }

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::control_link::ControlLink;
-use bytes::Bytes;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hub_core::model::SinkKind;

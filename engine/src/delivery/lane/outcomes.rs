@@ -223,7 +223,7 @@ fn event_out(event: &crate::store::StoredEvent) -> EventOut<'_> {
         content_type: ev.data_content_type.as_deref(),
         traceparent: ev.traceparent.as_deref(),
         tracestate: ev.tracestate.as_deref(),
-        body: Bytes::copy_from_slice(&ev.payload),
+        body: ev.payload.clone(),
     }
 }
 

@@ -136,7 +136,7 @@ async fn r_di_1_steps_appended_by_lanes_beside_ingest_writes_last_as_written() {
                 let events: Vec<_> = (0..8)
                     .map(|_| {
                         let mut e = event("t-lanes", "x.created");
-                        e.payload = vec![b'x'; 2048];
+                        e.payload = vec![b'x'; 2048].into();
                         e
                     })
                     .collect();

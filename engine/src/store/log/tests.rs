@@ -364,7 +364,7 @@ async fn r_di_5_a_steps_events_come_back_in_the_order_leased_however_they_lie() 
             n if n % 7 == 0 => 20 << 10,
             _ => 100 + n,
         };
-        e.payload = vec![b'a' + (n % 26) as u8; size];
+        e.payload = vec![b'a' + (n % 26) as u8; size].into();
         sizes.insert(e.id, size);
         write_with_jobs(&store, &unit, lane, vec![e], &[sub]).await;
     }
