@@ -202,8 +202,8 @@ impl WebhookClient {
             Err(e) => return classify_error(&e, started.elapsed()),
         };
         let status = resp.status();
-        let prefix = read_capped(resp).await;
-        answered(status.as_u16(), prefix, started.elapsed())
+        let kept = read_capped(resp).await;
+        answered(status.as_u16(), &kept, started.elapsed())
     }
 }
 
@@ -360,8 +360,10 @@ pub async fn checked_addresses(
 }
 
 /// The outcome of an answer: success is a 2xx; a 3xx is a failure (redirects are not followed);
-/// anything else keeps a short prefix of the body for the operator.
-pub fn answered(status: u16, prefix: String, took: Duration) -> Outcome {
+/// anything else keeps a short prefix of the body (`kept`) for the operator. The prefix is made
+/// for that failure alone: a delivered attempt's answer is never read as text (issue 17: a
+/// lossy decode and a `String` per delivered attempt).
+pub fn answered(status: u16, kept: &[u8], took: Duration) -> Outcome {
     match status {
         200..=299 => Outcome::delivered(Some(status), took),
         300..=399 => Outcome::failed(
@@ -370,12 +372,12 @@ pub fn answered(status: u16, prefix: String, took: Duration) -> Outcome {
             "redirects are not followed",
             took,
         ),
-        code => Outcome::failed(ErrorClass::HttpStatus, Some(code), prefix, took),
+        code => Outcome::failed(ErrorClass::HttpStatus, Some(code), body_prefix(kept), took),
     }
 }
 
 /// The detail kept of a response body: its first characters, as lossy text.
-pub fn body_prefix(kept: &[u8]) -> String {
+fn body_prefix(kept: &[u8]) -> String {
     // Short: the detail is for an operator's eye, not an archive of the response.
     String::from_utf8_lossy(kept).chars().take(256).collect()
 }
@@ -388,8 +390,8 @@ fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
     }
 }
 
-/// Reads at most [`MAX_RESPONSE_BODY`] bytes of a response as lossy text.
-async fn read_capped(mut resp: reqwest::Response) -> String {
+/// Reads at most [`MAX_RESPONSE_BODY`] bytes of a response.
+async fn read_capped(mut resp: reqwest::Response) -> Vec<u8> {
     let mut kept = Vec::new();
     while kept.len() < MAX_RESPONSE_BODY {
         match resp.chunk().await {
@@ -400,7 +402,7 @@ async fn read_capped(mut resp: reqwest::Response) -> String {
             _ => break,
         }
     }
-    body_prefix(&kept)
+    kept
 }
 
 fn classify_error(e: &reqwest::Error, took: Duration) -> Outcome {
@@ -577,6 +579,22 @@ mod tests {
             other.get(DELIVERY_ID),
             "a new attempt, a new id"
         );
+    }
+
+    #[test]
+    fn r_di_13_an_answer_keeps_a_prefix_of_its_body_only_when_it_failed() {
+        let took = Duration::from_millis(3);
+        let body = "é".repeat(400);
+        let delivered = answered(204, body.as_bytes(), took);
+        assert!(delivered.success);
+        assert_eq!(delivered.detail, "");
+        let refused = answered(503, body.as_bytes(), took);
+        assert!(!refused.success);
+        assert_eq!(refused.status_code, Some(503));
+        assert_eq!(refused.detail, "é".repeat(256));
+        let redirected = answered(302, body.as_bytes(), took);
+        assert_eq!(redirected.error_class, Some(ErrorClass::Redirect));
+        assert_eq!(redirected.detail, "redirects are not followed");
     }
 
     #[tokio::test]

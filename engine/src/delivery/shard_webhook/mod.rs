@@ -16,8 +16,8 @@ use futures::future::{select, Either};
 use http_body_util::Full;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
 use hub_core::sink::webhook::{
-    answered, attempt_headers, body_prefix, checked_addresses, checked_endpoint, short, Attempt,
-    Keys, WebhookClient, MAX_RESPONSE_BODY,
+    answered, attempt_headers, checked_addresses, checked_endpoint, short, Attempt, Keys,
+    WebhookClient, MAX_RESPONSE_BODY,
 };
 use hyper::header::{HeaderValue, HOST, USER_AGENT};
 
@@ -203,7 +203,7 @@ impl ShardWebhooks {
             }
         }
         match answer {
-            Ok(a) => answered(a.status, body_prefix(&a.body), started.elapsed()),
+            Ok(a) => answered(a.status, &a.body, started.elapsed()),
             Err(failed) => sending_failed(&failed, started.elapsed()),
         }
     }
