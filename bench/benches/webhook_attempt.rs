@@ -6,15 +6,16 @@
 //! The receiver is an axum server on tokio answering 204; it shares the machine, so each figure
 //! includes its turn too.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use hub_core::destination::DestinationPolicy;
-use hub_core::sink::webhook::{Attempt, WebhookClient};
+use hub_core::sink::webhook::Attempt;
 use hub_engine::delivery::shard_webhook::{fixture, ShardWebhooks};
-use hub_engine::runtime::{build_tokio_runtime, spawn_shards, ShardConfig, TokioBridge};
+use hub_engine::runtime::spawn_shards;
+
+#[path = "common/loopback.rs"]
+mod loopback;
 
 fn attempt(endpoint: &str) -> Attempt<'_> {
     fixture::attempt(
@@ -24,35 +25,10 @@ fn attempt(endpoint: &str) -> Attempt<'_> {
     )
 }
 
-/// A receiver answering 204 to every POST, on `tokio`; its endpoint.
-fn receiver(tokio: &tokio::runtime::Runtime) -> String {
-    let listener = tokio
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }),
-    );
-    tokio.spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    format!("http://{addr}/hook")
-}
-
 fn webhook_attempt(c: &mut Criterion) {
-    let tokio = build_tokio_runtime(2).expect("tokio runtime");
-    let bridge = TokioBridge::new(tokio.handle().clone());
-    let endpoint = receiver(&tokio);
-    let policy = DestinationPolicy {
-        allow: ["127.0.0.1".to_owned()].into_iter().collect(),
-    };
-    let client = WebhookClient::new(Arc::new(policy)).expect("client");
-    let config = ShardConfig {
-        shards: 1,
-        pin: false,
-        ..ShardConfig::default()
-    };
+    let loopback = loopback::start();
+    let (client, bridge, endpoint) = (&loopback.client, &loopback.bridge, &loopback.endpoint);
+    let config = &loopback.one_shard;
     let mut group = c.benchmark_group("webhook_attempt");
     // One attempt at a time, then as many at once as a lane's workers (8 by default, 32).
     for at_once in [1usize, 8, 32] {
@@ -64,7 +40,7 @@ fn webhook_attempt(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let (client, bridge, endpoint) = (client.clone(), bridge.clone(), endpoint.clone());
-                let took = spawn_shards(&config, move |_| {
+                let took = spawn_shards(config, move |_| {
                     let webhooks = ShardWebhooks::new(client.clone(), bridge.clone());
                     let endpoint = endpoint.clone();
                     async move {
@@ -94,7 +70,7 @@ fn webhook_attempt(c: &mut Criterion) {
     group.bench_function("through_the_tokio_bridge", |b| {
         b.iter_custom(|iters| {
             let (client, bridge, endpoint) = (client.clone(), bridge.clone(), endpoint.clone());
-            let took = spawn_shards(&config, move |_| {
+            let took = spawn_shards(config, move |_| {
                 let (client, bridge, endpoint) = (client.clone(), bridge.clone(), endpoint.clone());
                 async move {
                     let started = Instant::now();

@@ -5,9 +5,10 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use bytes::BytesMut;
 use reqwest::header::{HeaderName, HeaderValue, InvalidHeaderValue};
 use ring::hmac;
+
+use super::header_text::{Cut, HeaderText};
 
 /// The signature headers' names, checked at compile time (an HTTP/1 name is case-insensitive and
 /// goes out in lower case whatever it is written as; a constant costs no parsing per attempt).
@@ -43,28 +44,98 @@ impl SigningKey {
         Ok(Self(hmac::Key::new(hmac::HMAC_SHA256, &raw)))
     }
 
-    /// The signature of `<id>.<timestamp>.<body>`, base64 (44 characters) into `out`.
-    fn sign_into(&self, id: &[u8], timestamp: &[u8], body: &[u8], out: &mut BytesMut) {
+    /// The signature of `<id>.<timestamp>.<body>`, in base64 (44 characters).
+    fn sign(&self, id: &[u8], timestamp: &[u8], body: &[u8]) -> [u8; SIGNATURE_CHARS] {
         let mut ctx = hmac::Context::with_key(&self.0);
         for part in [id, b".", timestamp, b".", body] {
             ctx.update(part);
         }
         let mut encoded = [0u8; SIGNATURE_CHARS];
-        let n = STANDARD
-            .encode_slice(ctx.sign().as_ref(), &mut encoded)
-            .unwrap_or(0);
-        out.extend_from_slice(&encoded[..n]);
+        // A SHA-256 tag is 32 bytes: its base64 fills the 44 characters exactly.
+        let _ = STANDARD.encode_slice(ctx.sign().as_ref(), &mut encoded);
+        encoded
     }
 }
 
 /// A SHA-256 HMAC in base64 with its padding.
 const SIGNATURE_CHARS: usize = 44;
 
+/// Where one attempt's signature values lie in its [`HeaderText`].
+#[derive(Debug)]
+pub struct Signed {
+    timestamp: Cut,
+    ours: Cut,
+    previous: Option<Cut>,
+    standard: Cut,
+}
+
+/// Signs one attempt (`event_id`, already in `text`, being the value its `X-Lerian-Event-Id`
+/// carries) and writes the signature values into `text`: the timestamp, ours (`t=…,v1=…`, and
+/// the previous secret's during a rotation's overlap) and the Standard Webhooks form
+/// (`v1,<signature>`, space-separated during an overlap).
+pub fn sign(
+    text: &mut HeaderText,
+    current: &SigningKey,
+    previous: Option<&SigningKey>,
+    event_id: Cut,
+    unix_s: i64,
+    body: &[u8],
+) -> Signed {
+    let timestamp = text.number(unix_s);
+    // The digits again, on the stack, to write into the text beside it (an i64 has ≤ 20).
+    let mut digits = [0u8; 20];
+    let t = &mut digits[..text.bytes(timestamp).len()];
+    t.copy_from_slice(text.bytes(timestamp));
+    let t = &*t;
+    let signature = |text: &HeaderText, key: &SigningKey| key.sign(text.bytes(event_id), t, body);
+    let ours_of = |text: &mut HeaderText, signature: &[u8]| {
+        text.write(|v| {
+            v.extend_from_slice(b"t=");
+            v.extend_from_slice(t);
+            v.extend_from_slice(b",v1=");
+            v.extend_from_slice(signature);
+        })
+    };
+    let now = signature(text, current);
+    let old = previous.map(|key| signature(text, key));
+    let ours = ours_of(text, &now);
+    let previous = old.map(|old| ours_of(text, &old));
+    let standard = text.write(|v| {
+        v.extend_from_slice(b"v1,");
+        v.extend_from_slice(&now);
+        if let Some(old) = &old {
+            v.extend_from_slice(b" v1,");
+            v.extend_from_slice(old);
+        }
+    });
+    Signed {
+        timestamp,
+        ours,
+        previous,
+        standard,
+    }
+}
+
+impl Signed {
+    /// The signature headers, `event_id` the cut of the id signed: `(name, value)`.
+    pub fn headers(&self, event_id: Cut) -> impl Iterator<Item = (HeaderName, Cut)> {
+        [
+            Some((WEBHOOK_ID, event_id)),
+            Some((WEBHOOK_TIMESTAMP, self.timestamp)),
+            Some((LERIAN_TIMESTAMP, self.timestamp)),
+            Some((LERIAN_SIGNATURE, self.ours)),
+            self.previous.map(|p| (LERIAN_SIGNATURE_PREVIOUS, p)),
+            Some((WEBHOOK_SIGNATURE, self.standard)),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 /// The signature headers of one attempt, `(name, value)`, `event_id` being the value its
-/// `X-Lerian-Event-Id` carries. Each value is written once into the buffer the request sends
-/// (issue 17: the strings formatted and then copied into headers were ~2 % of the hub's cycles
-/// under a backlog). The values are digits, base64 and the id already checked, so the error
-/// (a value that is no header value) is there to be told, not expected.
+/// `X-Lerian-Event-Id` carries (for a receiver checking what the hub sends; an attempt writes
+/// them with its other values, `attempt_headers`). The values are digits, base64 and the id
+/// given, so the error (a value that is no header value) is there to be told, not expected.
 pub fn headers(
     current: &SigningKey,
     previous: Option<&SigningKey>,
@@ -72,44 +143,14 @@ pub fn headers(
     unix_s: i64,
     body: &[u8],
 ) -> Result<Vec<(HeaderName, HeaderValue)>, InvalidHeaderValue> {
-    let timestamp = HeaderValue::from(unix_s);
-    let (id, t) = (event_id.as_bytes(), timestamp.as_bytes());
-    let ours = |key: &SigningKey| {
-        let mut v = BytesMut::with_capacity(6 + t.len() + SIGNATURE_CHARS);
-        v.extend_from_slice(b"t=");
-        v.extend_from_slice(t);
-        v.extend_from_slice(b",v1=");
-        key.sign_into(id, t, body, &mut v);
-        v
-    };
-    let now = ours(current);
-    // The Standard Webhooks form: `v1,<signature>`, space-separated during an overlap.
-    let mut standard = BytesMut::with_capacity(2 * (3 + SIGNATURE_CHARS) + 1);
-    standard.extend_from_slice(b"v1,");
-    standard.extend_from_slice(signature_in(&now));
-    let mut out = Vec::with_capacity(6);
-    out.push((WEBHOOK_ID, event_id.clone()));
-    out.push((WEBHOOK_TIMESTAMP, timestamp.clone()));
-    out.push((LERIAN_TIMESTAMP, timestamp.clone()));
-    out.push((LERIAN_SIGNATURE, value(now)?));
-    if let Some(prev) = previous {
-        let old = ours(prev);
-        standard.extend_from_slice(b" v1,");
-        standard.extend_from_slice(signature_in(&old));
-        out.push((LERIAN_SIGNATURE_PREVIOUS, value(old)?));
-    }
-    out.push((WEBHOOK_SIGNATURE, value(standard)?));
-    Ok(out)
-}
-
-/// The signature at the end of our header's value (`t=…,v1=<signature>`).
-fn signature_in(ours: &[u8]) -> &[u8] {
-    &ours[ours.len().saturating_sub(SIGNATURE_CHARS)..]
-}
-
-/// `bytes` as a header value, without copying them again.
-fn value(bytes: BytesMut) -> Result<HeaderValue, InvalidHeaderValue> {
-    HeaderValue::from_maybe_shared(bytes.freeze())
+    let mut text = HeaderText::with_capacity(256);
+    let id = text.push(event_id.as_bytes());
+    let signed = sign(&mut text, current, previous, id, unix_s, body);
+    let values = text.freeze();
+    signed
+        .headers(id)
+        .map(|(name, cut)| Ok((name, values.value(cut)?)))
+        .collect()
 }
 
 #[cfg(test)]
