@@ -28,26 +28,9 @@ impl HeaderText {
         self.write(|text| text.extend_from_slice(bytes))
     }
 
-    /// Appends a number in decimal as one value (digits written by hand: `fmt`'s machinery
-    /// cost more than the rest of a value).
+    /// Appends a number in decimal as one value.
     pub fn number(&mut self, n: i64) -> Cut {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = n.unsigned_abs();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        self.write(|text| {
-            if n < 0 {
-                text.extend_from_slice(b"-");
-            }
-            text.extend_from_slice(&digits[at..]);
-        })
+        self.push(itoa::Buffer::new().format(n).as_bytes())
     }
 
     /// Appends what `write` writes as one value.

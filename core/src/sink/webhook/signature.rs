@@ -81,12 +81,10 @@ pub fn sign(
     unix_s: i64,
     body: &[u8],
 ) -> Signed {
-    let timestamp = text.number(unix_s);
-    // The digits again, on the stack, to write into the text beside it (an i64 has ≤ 20).
-    let mut digits = [0u8; 20];
-    let t = &mut digits[..text.bytes(timestamp).len()];
-    t.copy_from_slice(text.bytes(timestamp));
-    let t = &*t;
+    // The digits on the stack too: ours and the signed message repeat them.
+    let mut digits = itoa::Buffer::new();
+    let t = digits.format(unix_s).as_bytes();
+    let timestamp = text.push(t);
     let signature = |text: &HeaderText, key: &SigningKey| key.sign(text.bytes(event_id), t, body);
     let ours_of = |text: &mut HeaderText, signature: &[u8]| {
         text.write(|v| {
