@@ -399,7 +399,7 @@ async fn kill_nine(
 
 /// `scripts/services <verb> <service>`.
 fn services(verb: &str, service: &str) -> anyhow::Result<()> {
-    let status = std::process::Command::new("scripts/services")
+    let status = crate::sched::as_a_peer(&mut std::process::Command::new("scripts/services"))
         .args([verb, service])
         .status()?;
     anyhow::ensure!(status.success(), "scripts/services {verb} {service} failed");

@@ -150,7 +150,7 @@ impl Probe {
             dir: dir.path().to_owned(),
             rate,
         };
-        let mut child = Command::new(std::env::current_exe()?)
+        let mut child = crate::sched::as_a_peer(&mut Command::new(std::env::current_exe()?))
             .arg(CHILD_FLAG)
             .arg(serde_json::to_string(&spec)?)
             .stdout(Stdio::piped())

@@ -60,6 +60,7 @@ pub fn default_bin() -> PathBuf {
 impl Hub {
     pub fn start(spec: &HubSpec<'_>) -> anyhow::Result<Self> {
         let mut cmd = Command::new(spec.bin);
+        crate::sched::as_a_peer(&mut cmd);
         cmd.env("STREAMING_HUB_DATA_DIR", spec.data_dir)
             .env(
                 "STREAMING_HUB_HTTP_ADDR",

@@ -19,6 +19,7 @@ mod receiver;
 mod report;
 mod run;
 mod scenario;
+mod sched;
 mod sinks;
 mod svg;
 mod tally;
@@ -108,6 +109,11 @@ struct Cli {
     /// ingest them too).
     #[arg(long)]
     delete_other_topics: bool,
+    /// Let the load's threads (receivers, producers, clients) preempt the hub as any woken
+    /// thread may; by default they run under `SCHED_BATCH`, standing in for other machines
+    /// (`sched.rs`). For comparing with the reports from before the default.
+    #[arg(long)]
+    load_may_preempt: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -116,15 +122,19 @@ fn main() -> anyhow::Result<()> {
         // The floor probe: this binary again, in a process of its own (`floor.rs`).
         return floor::child_main(&args[2..]);
     }
+    let cli = Cli::parse();
+    if !cli.load_may_preempt {
+        // Before any thread starts: the runtime's workers and librdkafka's threads inherit it.
+        sched::stand_aside();
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?
-        .block_on(load_test())
+        .block_on(load_test(cli))
 }
 
-async fn load_test() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn load_test(cli: Cli) -> anyhow::Result<()> {
     if cli.http_baseline {
         let receivers = receiver::Receivers::start(Default::default()).await?;
         let rate = receiver::raw_post_rate(

@@ -137,6 +137,8 @@ pub struct Report {
     pub producer_linger_ms: u64,
     pub commit: String,
     pub machine: Machine,
+    /// Whether the load's threads ran under `SCHED_BATCH`, unable to preempt the hub (`sched.rs`).
+    pub load_stood_aside: bool,
     pub started_at: String,
     pub topic: String,
     pub produced: ProducedCounts,
@@ -321,6 +323,15 @@ impl Report {
             md,
             "- Machine: {} × {}, {} GiB, Linux {}",
             self.machine.cpus, self.machine.cpu_model, self.machine.memory_gib, self.machine.kernel
+        );
+        let _ = writeln!(
+            md,
+            "- The load's threads (receivers, producers, clients): {}",
+            if self.load_stood_aside {
+                "`SCHED_BATCH`, so a woken one waits for the hub to park or for the scheduler's tick instead of preempting it (they stand in for other machines)"
+            } else {
+                "the normal policy: a woken one may preempt the hub on its core"
+            }
         );
         let _ = writeln!(
             md,

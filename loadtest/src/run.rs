@@ -824,6 +824,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Report> {
         producer_linger_ms: args.producer_linger_ms,
         commit: crate::machine::commit(),
         machine: crate::machine::machine(),
+        load_stood_aside: crate::sched::standing_aside(),
         started_at,
         topic: topic.clone(),
         produced,

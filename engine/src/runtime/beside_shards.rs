@@ -25,9 +25,10 @@ pub fn spawn_beside_shards<T: Send + 'static>(
 }
 
 /// Puts the calling thread under `SCHED_BATCH`; a kernel that refuses leaves it as it was (only
-/// the preemptions come back). For threads started elsewhere (the tokio bridge's workers).
+/// the preemptions come back). For threads started elsewhere (the tokio bridge's workers, the
+/// load test's). Whether it took.
 #[allow(unsafe_code)]
-pub fn never_preempt_a_shard() {
+pub fn never_preempt_a_shard() -> bool {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `sched_setscheduler` with pid 0 changes the calling thread's policy; it reads
     // `param`, a valid local, and keeps no pointer to it.
@@ -38,6 +39,7 @@ pub fn never_preempt_a_shard() {
             "this thread may preempt a shard (SCHED_BATCH refused)"
         );
     }
+    !refused
 }
 
 #[cfg(test)]

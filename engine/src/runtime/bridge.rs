@@ -72,7 +72,9 @@ pub fn build_tokio_runtime_beside_shards(
     worker_threads: usize,
 ) -> std::io::Result<tokio::runtime::Runtime> {
     tokio_builder(worker_threads)
-        .on_thread_start(super::never_preempt_a_shard)
+        .on_thread_start(|| {
+            super::never_preempt_a_shard();
+        })
         .build()
 }
 
