@@ -9,7 +9,6 @@
 mod io;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 
 use self::io::ShardIo;
+use crate::fast_hash::FastMap;
 
 /// How long an idle connection is kept for the next request to its origin.
 const IDLE_FOR: Duration = Duration::from_secs(90);
@@ -104,7 +104,9 @@ type Idle = (SendRequest<Full<Bytes>>, Instant);
 /// One shard's keep-alive pool. Not `Send`: it lives and is used on its shard only.
 #[derive(Debug, Default)]
 pub struct ShardHttp {
-    idle: RefCell<HashMap<Origin, Vec<Idle>>>,
+    /// Looked up twice per attempt (taken, kept again): a fast hash, and no key made unless
+    /// the origin is new.
+    idle: RefCell<FastMap<Origin, Vec<Idle>>>,
     /// When `sweep` last ran.
     swept_at: Cell<Option<Instant>>,
 }
@@ -159,11 +161,15 @@ impl ShardHttp {
         if !connection.sender.is_ready() {
             return;
         }
-        self.sweep(Instant::now());
+        let now = Instant::now();
+        self.sweep(now);
         let mut idle = self.idle.borrow_mut();
-        let kept = idle.entry(origin.clone()).or_default();
-        if kept.len() < IDLE_PER_ORIGIN {
-            kept.push((connection.sender, Instant::now()));
+        match idle.get_mut(origin) {
+            Some(kept) if kept.len() < IDLE_PER_ORIGIN => kept.push((connection.sender, now)),
+            Some(_full) => {}
+            None => {
+                idle.insert(origin.clone(), vec![(connection.sender, now)]);
+            }
         }
     }
 
