@@ -1,5 +1,5 @@
 //! One webhook attempt against a loopback receiver (issue 17), made from a shard the two ways the
-//! engine can: on the shard's own client (`ShardWebhooks`: hyper over glommio's TCP, kept
+//! engine can: on the shard's own client (`ShardWebhooks`: our HTTP/1.1 over glommio's TCP, kept
 //! connections; one at a time, and as many at once as a lane has workers) and through the tokio
 //! bridge to the process's reqwest client (what every attempt paid before). Both build, sign and
 //! judge the request with the same sink code, so the difference is the transport and the hop.

@@ -11,9 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures::future::{select, Either};
-use http_body_util::Full;
 use hub_core::sink::outcome::{ErrorClass, Outcome};
 use hub_core::sink::webhook::{
     answered, attempt_headers, checked_addresses, checked_endpoint, short, Attempt, Keys,
@@ -22,7 +20,9 @@ use hub_core::sink::webhook::{
 use hyper::header::{HeaderValue, HOST, USER_AGENT};
 
 use crate::fast_hash::FastMap;
-use crate::runtime::http::{connect, ConnectFailed, Connection, Origin, ShardHttp};
+use crate::runtime::http::{
+    connect, ConnectFailed, Connection, Failed, Origin, Request, ShardHttp,
+};
 use crate::runtime::{Alarm, TokioBridge};
 
 /// Most endpoints a shard keeps checked; past it the list starts again (a changed endpoint is
@@ -37,7 +37,7 @@ struct Target {
     url: url::Url,
     origin: Origin,
     /// The request line's target: path and query.
-    path: hyper::Uri,
+    path: Box<str>,
     host: hyper::header::HeaderValue,
 }
 
@@ -46,9 +46,9 @@ impl Target {
         let invalid = |e: &dyn std::fmt::Display| {
             Outcome::refused(ErrorClass::InvalidEndpoint, short(&e.to_string()))
         };
-        let path = url[url::Position::BeforePath..]
-            .parse::<hyper::Uri>()
-            .map_err(|e| invalid(&e))?;
+        // A parsed URL's path and query hold no space or control character (they are
+        // percent-encoded), so they go on the request line as they are; the fragment does not.
+        let path = url[url::Position::BeforePath..url::Position::AfterQuery].into();
         let host = hyper::header::HeaderValue::from_str(
             &url[url::Position::BeforeHost..url::Position::AfterPort],
         )
@@ -154,23 +154,21 @@ impl ShardWebhooks {
             Ok(t) => t,
             Err(refused) => return refused,
         };
-        // Kept for a second send of this attempt's request: the same ids, signed alike.
+        // One request, sent again as it is if a kept connection turns out closed: the same
+        // ids, signed alike.
         let delivery_id = uuid::Uuid::now_v7();
-        let request = || -> Result<hyper::Request<Full<Bytes>>, Outcome> {
-            let mut headers = attempt_headers(a, keys, delivery_id)?;
-            headers.insert(HOST, target.host.clone());
-            headers.insert(USER_AGENT, HeaderValue::from_static("lerian-streaming-hub"));
-            let mut request = hyper::Request::new(Full::new(a.body.clone()));
-            *request.method_mut() = hyper::Method::POST;
-            *request.uri_mut() = target.path.clone();
-            *request.headers_mut() = headers;
-            Ok(request)
-        };
-        let (url, origin) = (&target.url, &target.origin);
-        let first = match request() {
-            Ok(r) => r,
+        let mut headers = match attempt_headers(a, keys, delivery_id) {
+            Ok(h) => h,
             Err(refused) => return refused,
         };
+        headers.insert(HOST, target.host.clone());
+        headers.insert(USER_AGENT, HeaderValue::from_static("lerian-streaming-hub"));
+        let request = Request {
+            target: &target.path,
+            headers: &headers,
+            body: &a.body,
+        };
+        let (url, origin) = (&target.url, &target.origin);
         let connection = match self.http.take_idle(origin) {
             Some(c) => c,
             None => match self.open(origin, url).await {
@@ -181,21 +179,18 @@ impl ShardWebhooks {
         let reused = connection.reused;
         let mut answer = self
             .http
-            .send(origin, connection, first, MAX_RESPONSE_BODY)
+            .send(origin, connection, &request, MAX_RESPONSE_BODY)
             .await;
         if let Err(failed) = &answer {
-            // A kept connection the destination closed while it idled (the close and the
-            // request crossed): once more, on a new connection. If the destination did take
-            // the request, it sees the event twice, as at-least-once allows (same ids).
-            if reused && closed_under(failed) {
-                let request = match request() {
-                    Ok(r) => r,
-                    Err(refused) => return refused,
-                };
+            // A kept connection the destination closed while it idled (or the close and the
+            // request crossed): once more, on a new connection, the same request. If the
+            // destination did take it, it sees the event twice, as at-least-once allows (same
+            // ids).
+            if reused && failed.closed_under() {
                 answer = match self.open(origin, url).await {
                     Ok(fresh) => {
                         self.http
-                            .send(origin, fresh, request, MAX_RESPONSE_BODY)
+                            .send(origin, fresh, &request, MAX_RESPONSE_BODY)
                             .await
                     }
                     Err(outcome) => return outcome,
@@ -227,7 +222,6 @@ impl ShardWebhooks {
                 let class = match e {
                     ConnectFailed::Tcp(_) => ErrorClass::ConnectionFailed,
                     ConnectFailed::Tls(_) => ErrorClass::TlsError,
-                    ConnectFailed::Http(_) => ErrorClass::RequestFailed,
                 };
                 let detail = short(&format!("connecting to {}: {e}", origin.host));
                 Outcome::failed(class, None, detail, started.elapsed())
@@ -251,36 +245,14 @@ impl ShardWebhooks {
     }
 }
 
-/// Whether the connection closed under a request (rather than the request being refused).
-fn closed_under(e: &hyper::Error) -> bool {
-    e.is_incomplete_message()
-        || e.is_canceled()
-        || e.is_closed()
-        || io_kind(e).is_some_and(|kind| {
-            use std::io::ErrorKind::*;
-            matches!(kind, ConnectionReset | ConnectionAborted | BrokenPipe)
-        })
-}
-
 /// A request that went wrong after its connection was made.
-fn sending_failed(e: &hyper::Error, took: Duration) -> Outcome {
-    let class = if closed_under(e) {
+fn sending_failed(e: &Failed, took: Duration) -> Outcome {
+    let class = if e.closed_under() {
         ErrorClass::ConnectionReset
     } else {
         ErrorClass::RequestFailed
     };
     Outcome::failed(class, None, short(&e.to_string()), took)
-}
-
-fn io_kind(e: &hyper::Error) -> Option<std::io::ErrorKind> {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        source = s.source();
-    }
-    None
 }
 
 /// The fixed attempt and key of this client's tests and of its bench.

@@ -1,23 +1,21 @@
-//! HTTP/1.1 on a shard (issue 17): hyper's client connections over glommio's TCP, kept alive in a
-//! pool per origin that belongs to the shard, so a webhook attempt runs where its job lives with
-//! no hop to tokio. What to send and how to judge the answer is the webhook sink's
-//! (`hub_core::sink::webhook`); this is only the transport.
+//! HTTP/1.1 on a shard (issue 17): connections over glommio's TCP, each request written and its
+//! answer read by the attempt's own task (`wire.rs`), kept alive in a pool per origin that
+//! belongs to the shard, so a webhook attempt runs where its job lives with no hop to tokio.
+//! What to send and how to judge the answer is the webhook sink's (`hub_core::sink::webhook`);
+//! this is only the transport.
 //!
 //! `https` runs rustls over the same streams (futures-rustls), trusting the system's roots as the
 //! tokio client does (`rustls-native-certs`, which honours `SSL_CERT_FILE`).
 
-mod io;
+mod wire;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-
-use self::io::ShardIo;
+use self::wire::Wire;
+pub use self::wire::{Answer, Failed, Request};
 use crate::fast_hash::FastMap;
 
 /// How long an idle connection is kept for the next request to its origin.
@@ -43,8 +41,6 @@ pub enum ConnectFailed {
     Tcp(std::io::Error),
     #[error("TLS handshake: {0}")]
     Tls(std::io::Error),
-    #[error("HTTP handshake: {0}")]
-    Http(hyper::Error),
 }
 
 /// The TLS client of every shard: the system's roots (loaded once per process), HTTP/1.1;
@@ -86,20 +82,13 @@ pub fn tls_trusting(
 /// A connection ready for one request at a time.
 #[derive(Debug)]
 pub struct Connection {
-    sender: SendRequest<Full<Bytes>>,
-    /// Taken from the pool (it may have been closed by the peer while idle).
+    wire: Wire,
+    /// Taken from the pool (its peer may have closed it while it idled).
     pub reused: bool,
 }
 
-/// What came back: the status and at most `cap` bytes of the body.
-#[derive(Debug)]
-pub struct Answer {
-    pub status: u16,
-    pub body: Vec<u8>,
-}
-
 /// A kept connection and since when it idles.
-type Idle = (SendRequest<Full<Bytes>>, Instant);
+type Idle = (Wire, Instant);
 
 /// One shard's keep-alive pool. Not `Send`: it lives and is used on its shard only.
 #[derive(Debug, Default)]
@@ -117,12 +106,12 @@ impl ShardHttp {
         let mut idle = self.idle.borrow_mut();
         let kept = idle.get_mut(origin)?;
         let now = Instant::now();
-        while let Some((sender, since)) = kept.pop() {
-            if now.duration_since(since) < IDLE_FOR && sender.is_ready() {
-                return Some(Connection {
-                    sender,
-                    reused: true,
-                });
+        // Whether the peer closed one while it idled shows when it is used: the attempt then
+        // sends once more on a new connection (`ShardWebhooks::attempt`). Asking the socket
+        // first would cost every attempt a syscall.
+        while let Some((wire, since)) = kept.pop() {
+            if now.duration_since(since) < IDLE_FOR {
+                return Some(Connection { wire, reused: true });
             }
         }
         // An emptied origin keeps its entry for the connection that comes back; `sweep` drops
@@ -130,9 +119,8 @@ impl ShardHttp {
         None
     }
 
-    /// Drops connections idle past `IDLE_FOR` or closed by their peer, and origins left with
-    /// none, at most once per `SWEEP_EVERY`: an origin no request asks for again would keep them
-    /// for good otherwise.
+    /// Drops connections idle past `IDLE_FOR`, and origins left with none, at most once per
+    /// `SWEEP_EVERY`: an origin no request asks for again would keep them for good otherwise.
     pub(crate) fn sweep(&self, now: Instant) {
         if self
             .swept_at
@@ -143,9 +131,7 @@ impl ShardHttp {
         }
         self.swept_at.set(Some(now));
         self.idle.borrow_mut().retain(|_, kept| {
-            kept.retain(|(sender, since)| {
-                now.duration_since(*since) < IDLE_FOR && sender.is_ready()
-            });
+            kept.retain(|(_, since)| now.duration_since(*since) < IDLE_FOR);
             !kept.is_empty()
         });
     }
@@ -158,54 +144,33 @@ impl ShardHttp {
 
     /// Keeps `connection` for the next request to `origin`.
     fn put_idle(&self, origin: &Origin, connection: Connection) {
-        if !connection.sender.is_ready() {
-            return;
-        }
         let now = Instant::now();
         self.sweep(now);
         let mut idle = self.idle.borrow_mut();
         match idle.get_mut(origin) {
-            Some(kept) if kept.len() < IDLE_PER_ORIGIN => kept.push((connection.sender, now)),
+            Some(kept) if kept.len() < IDLE_PER_ORIGIN => kept.push((connection.wire, now)),
             Some(_full) => {}
             None => {
-                idle.insert(origin.clone(), vec![(connection.sender, now)]);
+                idle.insert(origin.clone(), vec![(connection.wire, now)]);
             }
         }
     }
 
     /// Sends `request` on `connection` and reads at most `cap` bytes of the answer's body. A
-    /// connection whose answer was read whole goes back to the pool of `origin`.
+    /// connection whose answer was read whole, with neither side asking to close, goes back to
+    /// the pool of `origin`.
     pub async fn send(
         &self,
         origin: &Origin,
         mut connection: Connection,
-        request: hyper::Request<Full<Bytes>>,
+        request: &Request<'_>,
         cap: usize,
-    ) -> Result<Answer, hyper::Error> {
-        let response = connection.sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let mut body = response.into_body();
-        let mut kept = Vec::new();
-        let whole = loop {
-            if kept.len() >= cap {
-                break hyper::body::Body::is_end_stream(&body);
-            }
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        let room = cap - kept.len();
-                        kept.extend_from_slice(&data[..data.len().min(room)]);
-                    }
-                }
-                Some(Err(_)) => break false,
-                None => break true,
-            }
-        };
-        // An answer left half read would be the next request's; such a connection is closed.
-        if whole {
+    ) -> Result<Answer, Failed> {
+        let (answer, keep) = connection.wire.exchange(request, cap).await?;
+        if keep {
             self.put_idle(origin, connection);
         }
-        Ok(Answer { status, body: kept })
+        Ok(answer)
     }
 }
 
@@ -226,7 +191,7 @@ pub async fn connect(
                         let none = std::io::Error::other("no TLS client on this shard");
                         return Err(ConnectFailed::Tls(none));
                     }
-                    return handshake(stream).await;
+                    return Ok(Connection::over(stream));
                 };
                 // An IPv6 literal comes bracketed from its URL; the name to check is bare.
                 let bare = origin.host.trim_start_matches('[').trim_end_matches(']');
@@ -237,7 +202,7 @@ pub async fn connect(
                     .connect(name, stream)
                     .await
                     .map_err(ConnectFailed::Tls)?;
-                return handshake(stream).await;
+                return Ok(Connection::over(stream));
             }
             Err(e) => last = std::io::Error::from(e),
         }
@@ -245,21 +210,11 @@ pub async fn connect(
     Err(ConnectFailed::Tcp(last))
 }
 
-async fn handshake<S>(stream: S) -> Result<Connection, ConnectFailed>
-where
-    S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + 'static,
-{
-    let (sender, connection) = hyper::client::conn::http1::handshake(ShardIo::new(stream))
-        .await
-        .map_err(ConnectFailed::Http)?;
-    // The connection's own task reads and writes the socket; it ends when the socket closes or
-    // the last sender is dropped.
-    glommio::spawn_local(async move {
-        let _ = connection.await;
-    })
-    .detach();
-    Ok(Connection {
-        sender,
-        reused: false,
-    })
+impl Connection {
+    fn over(stream: impl wire::Duplex + 'static) -> Self {
+        Self {
+            wire: Wire::new(Box::new(stream)),
+            reused: false,
+        }
+    }
 }
