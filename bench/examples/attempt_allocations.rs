@@ -16,6 +16,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hub_core::sink::webhook::AttemptFields;
 use hub_engine::delivery::shard_webhook::{fixture, ShardWebhooks};
 use hub_engine::runtime::spawn_shards;
 
@@ -66,18 +67,29 @@ static GLOBAL: Counting = Counting;
 
 fn main() {
     let mut out = std::io::stdout();
-    // The headers alone (ids, attributes, length, signatures), on this thread.
+    // The headers alone (ids, attributes, length, signatures), on this thread: as the shards
+    // make them (fields written as lines into a buffer a connection keeps), then as a map (the
+    // tokio client's).
     let keys = fixture::keys();
     let a = fixture::attempt(
         "http://127.0.0.1:1/hook",
         Bytes::from(vec![b'x'; 512]),
         Duration::from_secs(5),
     );
+    let mut lines = Vec::with_capacity(2048);
+    let before = allocations();
+    let fields = AttemptFields::of(&a, &keys, uuid::Uuid::now_v7());
+    if let Ok(fields) = &fields {
+        fields.write_lines(&mut lines);
+    }
+    let made = allocations() - before;
+    assert!(fields.is_ok(), "{fields:?}");
+    let _ = writeln!(out, "an attempt's headers, as lines: {made} allocations");
     let before = allocations();
     let headers = hub_core::sink::webhook::attempt_headers(&a, &keys, uuid::Uuid::now_v7());
     let made = allocations() - before;
     assert!(headers.is_ok(), "{headers:?}");
-    let _ = writeln!(out, "an attempt's headers: {made} allocations");
+    let _ = writeln!(out, "an attempt's headers, as a map: {made} allocations");
     let loopback = loopback::start();
     let (client, bridge, endpoint) = (&loopback.client, &loopback.bridge, &loopback.endpoint);
     let config = &loopback.one_shard;

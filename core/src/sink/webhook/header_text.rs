@@ -71,6 +71,11 @@ impl std::fmt::Debug for Values {
 }
 
 impl Values {
+    /// The bytes of the value at `cut`.
+    pub fn bytes(&self, cut: Cut) -> &[u8] {
+        &self.0[cut.start..cut.end]
+    }
+
     /// The value at `cut`, sharing the text (no copy), if it is a valid header value.
     pub fn value(&self, cut: Cut) -> Result<HeaderValue, InvalidHeaderValue> {
         HeaderValue::from_maybe_shared(self.0.slice(cut.start..cut.end))

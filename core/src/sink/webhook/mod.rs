@@ -8,6 +8,7 @@
 //!   R-SEC-2 again on every address the name resolves to at connect time (DNS rebinding, R-DI-13);
 //! - the outcome: success is a 2xx within the timeout; anything else is classified.
 
+mod fields;
 mod header_text;
 pub mod key_cache;
 pub mod secrets;
@@ -23,9 +24,9 @@ use uuid::Uuid;
 use crate::destination::{refused_because, DestinationPolicy, DnsResolver, ResolveError, Resolver};
 use crate::model::SinkKind;
 
-use self::header_text::{Cut, HeaderText, Values};
+pub use self::fields::AttemptFields;
 use self::signature::SigningKey;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName};
 
 /// The names of R-DI-5's headers (and W3C trace context), checked at compile time: an HTTP/1
 /// name is case-insensitive and goes out in lower case whatever it is written as.
@@ -262,114 +263,14 @@ pub fn checked_endpoint(
     Ok(url)
 }
 
-/// The headers of one attempt (R-DI-5; R-DI-12's signatures, both during a rotation's overlap),
-/// `delivery_id` its `X-Lerian-Delivery-Id` (new for every attempt; the same if one attempt's
-/// request is sent again), and the body's `Content-Length`. Every value is written once into
-/// one text the values share ([`HeaderText`]). An event attribute that is not a valid header
-/// value (a control character in `ce-schemaversion`, say, which the verdict lets through)
-/// refuses the attempt for good: no retry can mend the event. A trace context that is not one
-/// is left out instead (R-TR-5: W3C Trace Context discards what it cannot parse).
+/// The headers of one attempt as a map, for the tokio client ([`AttemptFields`] says what
+/// they are and when an attempt is refused instead).
 pub fn attempt_headers(
     a: &Attempt<'_>,
     keys: &Keys,
     delivery_id: Uuid,
 ) -> Result<HeaderMap, Outcome> {
-    let attributes = [
-        (EVENT_TYPE, a.event_key),
-        (EVENT_SOURCE, a.source),
-        (TENANT_ID, a.tenant),
-        (SCHEMA_VERSION, a.schema_version),
-    ];
-    let traces = [(TRACEPARENT, a.traceparent), (TRACESTATE, a.tracestate)];
-    let mut text = HeaderText::with_capacity(text_room(a, keys, &attributes, &traces));
-    let event_id = text.write(|t| write_uuid(t, a.event_id));
-    let delivery = text.write(|t| write_uuid(t, delivery_id));
-    let length = text.number(i64::try_from(a.body.len()).unwrap_or(i64::MAX));
-    let content_type = a.content_type.map(|t| text.push(t.as_bytes()));
-    let attributes = attributes.map(|(name, value)| (name, text.push(value.as_bytes())));
-    let traces = traces.map(|(name, value)| (name, value.map(|v| text.push(v.as_bytes()))));
-    let signed = signature::sign(
-        &mut text,
-        &keys.current,
-        keys.previous.as_ref(),
-        event_id,
-        a.unix_s,
-        &a.body,
-    );
-    let values = text.freeze();
-    let mut headers = HeaderMap::with_capacity(16);
-    let content_type = match content_type {
-        None => HeaderValue::from_static("application/json"),
-        Some(cut) => attribute(&values, &CONTENT_TYPE, cut)?,
-    };
-    headers.insert(CONTENT_TYPE, content_type);
-    headers.insert(CONTENT_LENGTH, written(&values, length)?);
-    headers.append(EVENT_ID, written(&values, event_id)?);
-    headers.append(DELIVERY_ID, written(&values, delivery)?);
-    for (name, cut) in attributes {
-        let value = attribute(&values, &name, cut)?;
-        headers.append(name, value);
-    }
-    // A trace context that cannot travel as a header is left out, the event sent (W3C Trace
-    // Context discards what it cannot parse).
-    for (name, cut) in traces {
-        if let Some(Ok(value)) = cut.map(|cut| values.value(cut)) {
-            headers.append(name, value);
-        }
-    }
-    for (name, cut) in signed.headers(event_id) {
-        headers.append(name, written(&values, cut)?);
-    }
-    Ok(headers)
-}
-
-/// The text an attempt's header values take, so that it is allocated once: two ids, a length,
-/// a timestamp, the signatures, and the event's attributes as they are.
-fn text_room(
-    a: &Attempt<'_>,
-    keys: &Keys,
-    attributes: &[(HeaderName, &str)],
-    traces: &[(HeaderName, Option<&str>)],
-) -> usize {
-    const IDS_LENGTH_AND_TIMESTAMP: usize = 2 * uuid::fmt::Hyphenated::LENGTH + 20 + 20;
-    // `t=<timestamp>,v1=<signature>` and `v1,<signature>` per secret.
-    const PER_SECRET: usize = 2 + 20 + 4 + 44 + 4 + 44;
-    let secrets = 1 + usize::from(keys.previous.is_some());
-    let given = attributes.iter().map(|(_, v)| v.len()).sum::<usize>()
-        + traces
-            .iter()
-            .filter_map(|(_, v)| *v)
-            .map(str::len)
-            .sum::<usize>()
-        + a.content_type.map_or(0, str::len);
-    IDS_LENGTH_AND_TIMESTAMP + secrets * PER_SECRET + given
-}
-
-/// An id, hyphenated in lower case, written straight into the text.
-fn write_uuid(text: &mut bytes::BytesMut, id: Uuid) {
-    let mut hyphenated = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    text.extend_from_slice(id.hyphenated().encode_lower(&mut hyphenated).as_bytes());
-}
-
-/// A value the hub wrote (digits, hex and hyphens, base64, or the event's id, which the
-/// verdict checked): valid unless something is badly wrong, which refuses the attempt.
-fn written(values: &Values, cut: Cut) -> Result<HeaderValue, Outcome> {
-    values.value(cut).map_err(|_| {
-        Outcome::refused(
-            ErrorClass::InvalidMessage,
-            "an id, length or signature header could not be built",
-        )
-    })
-}
-
-/// An event attribute as the value of header `name`, refused for good if it is not one.
-fn attribute(values: &Values, name: &HeaderName, cut: Cut) -> Result<HeaderValue, Outcome> {
-    values.value(cut).map_err(|_| {
-        Outcome::refused(
-            ErrorClass::InvalidMessage,
-            format!("the event's {name} is not a valid HTTP header value"),
-        )
-    })
+    Ok(AttemptFields::of(a, keys, delivery_id)?.to_map())
 }
 
 /// The addresses `host` resolves to, refused whole when one is an address R-SEC-2 forbids (unless
@@ -507,6 +408,7 @@ pub fn short(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A one-shot HTTP server on loopback answering `response` to every request; answers its
@@ -533,7 +435,7 @@ mod tests {
         (addr, hits)
     }
 
-    fn keys() -> Keys {
+    pub(super) fn keys() -> Keys {
         Keys {
             current: SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
                 .expect("key"),
@@ -541,7 +443,7 @@ mod tests {
         }
     }
 
-    fn attempt(endpoint: &str) -> Attempt<'_> {
+    pub(super) fn attempt(endpoint: &str) -> Attempt<'_> {
         Attempt {
             endpoint,
             event_id: Uuid::now_v7(),

@@ -14,14 +14,13 @@ use std::time::{Duration, Instant};
 use futures::future::{select, Either};
 use hub_core::sink::outcome::{ErrorClass, Outcome};
 use hub_core::sink::webhook::{
-    answered, attempt_headers, checked_addresses, checked_endpoint, short, Attempt, Keys,
+    answered, checked_addresses, checked_endpoint, short, Attempt, AttemptFields, Keys,
     WebhookClient, MAX_RESPONSE_BODY,
 };
-use hyper::header::{HeaderValue, HOST, USER_AGENT};
 
 use crate::fast_hash::FastMap;
 use crate::runtime::http::{
-    connect, ConnectFailed, Connection, Failed, Origin, Request, ShardHttp,
+    connect, ConnectFailed, Connection, Failed, Fields, Origin, Request, ShardHttp,
 };
 use crate::runtime::{Alarm, TokioBridge};
 
@@ -64,6 +63,22 @@ impl Target {
             path,
             host,
         })
+    }
+}
+
+/// An attempt's fields as the shard sends them: its `Host`, the hub's `User-Agent`, then the
+/// webhook sink's own.
+struct ShardFields<'a> {
+    host: &'a [u8],
+    attempt: &'a AttemptFields,
+}
+
+impl Fields for ShardFields<'_> {
+    fn write_lines(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(self.host);
+        out.extend_from_slice(b"\r\nuser-agent: lerian-streaming-hub\r\n");
+        self.attempt.write_lines(out);
     }
 }
 
@@ -157,15 +172,16 @@ impl ShardWebhooks {
         // One request, sent again as it is if a kept connection turns out closed: the same
         // ids, signed alike.
         let delivery_id = uuid::Uuid::now_v7();
-        let mut headers = match attempt_headers(a, keys, delivery_id) {
-            Ok(h) => h,
+        let fields = match AttemptFields::of(a, keys, delivery_id) {
+            Ok(f) => f,
             Err(refused) => return refused,
         };
-        headers.insert(HOST, target.host.clone());
-        headers.insert(USER_AGENT, HeaderValue::from_static("lerian-streaming-hub"));
         let request = Request {
             target: &target.path,
-            headers: &headers,
+            fields: &ShardFields {
+                host: target.host.as_bytes(),
+                attempt: &fields,
+            },
             body: &a.body,
         };
         let (url, origin) = (&target.url, &target.origin);

@@ -55,14 +55,39 @@ impl Failed {
     }
 }
 
+/// What writes a request's header fields, each as a line (`name: value` and CRLF), every
+/// field the request carries: the wire adds none.
+pub trait Fields {
+    fn write_lines(&self, out: &mut Vec<u8>);
+}
+
+impl Fields for hyper::header::HeaderMap {
+    fn write_lines(&self, out: &mut Vec<u8>) {
+        for (name, value) in self {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
 /// A request as the wire carries it.
-#[derive(Debug)]
 pub struct Request<'a> {
     /// The request line's target: path and query.
     pub target: &'a str,
-    /// Every header field but none the wire adds (it adds none).
-    pub headers: &'a hyper::header::HeaderMap,
+    pub fields: &'a dyn Fields,
     pub body: &'a [u8],
+}
+
+/// The target and the body's length: the fields hold the request's signatures.
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("target", &self.target)
+            .field("body", &self.body.len())
+            .finish()
+    }
 }
 
 /// What came back: the status and at most the cap's bytes of the body.
@@ -160,12 +185,7 @@ impl Wire {
         out.extend_from_slice(b"POST ");
         out.extend_from_slice(request.target.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in request.headers {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        request.fields.write_lines(out);
         out.extend_from_slice(b"\r\n");
         let copied = request.body.len() <= COPIED_BODY;
         if copied {

@@ -66,7 +66,7 @@ fn exchange(wire: &mut Wire, body: &[u8], cap: usize) -> Result<(Answer, bool), 
     headers.insert("content-length", body.len().into());
     let request = Request {
         target: "/hooks/in?x=1",
-        headers: &headers,
+        fields: &headers,
         body,
     };
     block_on(wire.exchange(&request, cap))
