@@ -169,3 +169,17 @@ pub fn request_headers(data: &[u8]) {
     }
     let _ = hub_control::service::valid_key(&text);
 }
+
+/// A destination's answer to a webhook (R-DI-13), read by the shards' own HTTP/1.1: the first
+/// byte sets how many bytes each read hands over, the rest is the answer. Any bytes are an
+/// answer (its body kept to the cap) or a refusal that says why, never a panic.
+pub fn webhook_answer(data: &[u8]) {
+    let Some((&step, answer)) = data.split_first() else {
+        return;
+    };
+    const CAP: usize = 64;
+    match hub_engine::runtime::http::read_answer(answer, usize::from(step), CAP) {
+        Ok((read, _kept)) => assert!(read.body.len() <= CAP),
+        Err(failed) => assert!(!failed.to_string().is_empty()),
+    }
+}

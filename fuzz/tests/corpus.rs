@@ -37,6 +37,11 @@ fn r_cp_13_every_if_match_and_idempotency_key_in_the_corpus_is_read_or_refused()
     replay("fuzz_request_headers", hub_fuzz::request_headers);
 }
 
+#[test]
+fn r_di_13_every_answer_in_the_corpus_is_read_or_refused_without_a_panic() {
+    replay("fuzz_webhook_answer", hub_fuzz::webhook_answer);
+}
+
 /// The corpus format means what it says: its seed named `accepted` is a valid event.
 #[test]
 fn r_in_3_the_verdict_corpus_reads_records_as_written() {

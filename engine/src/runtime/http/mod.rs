@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use self::wire::Wire;
-pub use self::wire::{Answer, Failed, Fields, Request};
+pub use self::wire::{read_answer, Answer, Failed, Fields, Request};
 use crate::fast_hash::FastMap;
 
 /// How long an idle connection is kept for the next request to its origin.

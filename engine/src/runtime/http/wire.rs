@@ -317,6 +317,64 @@ impl Wire {
     }
 }
 
+/// Reads `answer` as the answer to one request, handed over `step` bytes per read, keeping at
+/// most `cap` bytes of its body: the answer and whether its connection would be kept, or why it
+/// was refused. For the fuzz target (`hub-fuzz`): a destination's answer is untrusted input.
+pub fn read_answer(answer: &[u8], step: usize, cap: usize) -> Result<(Answer, bool), Failed> {
+    struct Given {
+        answer: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+    impl AsyncRead for Given {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut [u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let at = self.at;
+            let n = buf.len().min(self.step.max(1)).min(self.answer.len() - at);
+            buf[..n].copy_from_slice(&self.answer[at..at + n]);
+            self.at += n;
+            std::task::Poll::Ready(Ok(n))
+        }
+    }
+    impl AsyncWrite for Given {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+    let given = Given {
+        answer: answer.to_vec(),
+        at: 0,
+        step,
+    };
+    let mut wire = Wire::new(Box::new(given));
+    let fields = hyper::header::HeaderMap::new();
+    let request = Request {
+        target: "/",
+        fields: &fields,
+        body: b"",
+    };
+    futures::executor::block_on(wire.exchange(&request, cap))
+}
+
 /// An answer's head and the bytes it took, or `None` when more must be read.
 fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, Failed> {
     let mut fields = [httparse::EMPTY_HEADER; MOST_FIELDS];
