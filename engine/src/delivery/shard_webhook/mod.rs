@@ -37,21 +37,23 @@ struct Target {
     origin: Origin,
     /// The request line's target: path and query.
     path: Box<str>,
-    host: hyper::header::HeaderValue,
+    /// The `Host` field's value: host and port as the URL gives them.
+    host: Box<str>,
 }
 
 impl Target {
     fn of(url: url::Url) -> Result<Self, Outcome> {
-        let invalid = |e: &dyn std::fmt::Display| {
-            Outcome::refused(ErrorClass::InvalidEndpoint, short(&e.to_string()))
-        };
-        // A parsed URL's path and query hold no space or control character (they are
-        // percent-encoded), so they go on the request line as they are; the fragment does not.
+        // A parsed URL's path, query, host and port hold no space or control character (they
+        // are percent- or punycode-encoded), so they go on the request line and in `Host` as
+        // they are; the fragment does not.
         let path = url[url::Position::BeforePath..url::Position::AfterQuery].into();
-        let host = hyper::header::HeaderValue::from_str(
-            &url[url::Position::BeforeHost..url::Position::AfterPort],
-        )
-        .map_err(|e| invalid(&e))?;
+        let host: Box<str> = url[url::Position::BeforeHost..url::Position::AfterPort].into();
+        if !host.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Outcome::refused(
+                ErrorClass::InvalidEndpoint,
+                "the endpoint's host is not a valid Host field",
+            ));
+        }
         let origin = Origin {
             host: url.host_str().unwrap_or_default().to_owned(),
             port: url.port_or_known_default().unwrap_or(80),

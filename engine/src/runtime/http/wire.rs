@@ -12,6 +12,8 @@
 //! chunks, with nothing after it, and neither side asked to close.
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -61,14 +63,10 @@ pub trait Fields {
     fn write_lines(&self, out: &mut Vec<u8>);
 }
 
-impl Fields for hyper::header::HeaderMap {
+/// Lines already written, sent as they are.
+impl Fields for &[u8] {
     fn write_lines(&self, out: &mut Vec<u8>) {
-        for (name, value) in self {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        out.extend_from_slice(self);
     }
 }
 
@@ -282,7 +280,8 @@ impl Wire {
     /// a zero-size chunk and trailer lines up to an empty one.
     async fn chunked_body(&mut self, cap: usize, kept: &mut Vec<u8>) -> Result<bool, Failed> {
         loop {
-            let size = chunk_size(&self.line().await?)?;
+            let line = self.line().await?;
+            let size = chunk_size(&self.buf[line])?;
             if size == 0 {
                 while !self.line().await?.is_empty() {}
                 return Ok(true);
@@ -296,16 +295,15 @@ impl Wire {
         }
     }
 
-    /// The next line of the body, without its line end.
-    async fn line(&mut self) -> Result<Vec<u8>, Failed> {
+    /// Where the next line of the body lies in the buffer, without its line end; good until
+    /// the next read.
+    async fn line(&mut self) -> Result<std::ops::Range<usize>, Failed> {
         loop {
             if let Some(end) = self.unread().iter().position(|&b| b == b'\n') {
-                let line = self.unread()[..end]
-                    .strip_suffix(b"\r")
-                    .unwrap_or(&self.unread()[..end])
-                    .to_vec();
-                self.lo += end + 1;
-                return Ok(line);
+                let (start, next) = (self.lo, self.lo + end + 1);
+                let cr = usize::from(end > 0 && self.buf[self.lo + end - 1] == b'\r');
+                self.lo = next;
+                return Ok(start..next - 1 - cr);
             }
             if self.hi - self.lo >= MOST_HEAD {
                 return Err(Failed::Malformed("a chunk line over 64 KiB"));
@@ -321,58 +319,67 @@ impl Wire {
 /// most `cap` bytes of its body: the answer and whether its connection would be kept, or why it
 /// was refused. For the fuzz target (`hub-fuzz`): a destination's answer is untrusted input.
 pub fn read_answer(answer: &[u8], step: usize, cap: usize) -> Result<(Answer, bool), Failed> {
-    struct Given {
-        answer: Vec<u8>,
-        at: usize,
-        step: usize,
-    }
-    impl AsyncRead for Given {
-        fn poll_read(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &mut [u8],
-        ) -> std::task::Poll<io::Result<usize>> {
-            let at = self.at;
-            let n = buf.len().min(self.step.max(1)).min(self.answer.len() - at);
-            buf[..n].copy_from_slice(&self.answer[at..at + n]);
-            self.at += n;
-            std::task::Poll::Ready(Ok(n))
-        }
-    }
-    impl AsyncWrite for Given {
-        fn poll_write(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<io::Result<usize>> {
-            std::task::Poll::Ready(Ok(buf.len()))
-        }
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn poll_close(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-    let given = Given {
-        answer: answer.to_vec(),
-        at: 0,
-        step,
-    };
-    let mut wire = Wire::new(Box::new(given));
-    let fields = hyper::header::HeaderMap::new();
+    let mut wire = Wire::new(Box::new(Scripted::answering(answer, step)));
     let request = Request {
         target: "/",
-        fields: &fields,
+        fields: &&b""[..],
         body: b"",
     };
     futures::executor::block_on(wire.exchange(&request, cap))
+}
+
+/// A connection in memory whose peer answers with given bytes, handed over `step` bytes per
+/// read, and keeps what was written to it: the fuzz target's, and the tests'.
+struct Scripted {
+    answer: Vec<u8>,
+    at: usize,
+    step: usize,
+    written: Written,
+}
+
+/// What was written to a [`Scripted`] connection, kept after the wire took it.
+type Written = std::rc::Rc<std::cell::RefCell<Vec<u8>>>;
+
+impl Scripted {
+    fn answering(answer: &[u8], step: usize) -> Self {
+        Self {
+            answer: answer.to_vec(),
+            at: 0,
+            step: step.max(1),
+            written: Written::default(),
+        }
+    }
+}
+
+impl AsyncRead for Scripted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let at = self.at;
+        let n = buf.len().min(self.step).min(self.answer.len() - at);
+        buf[..n].copy_from_slice(&self.answer[at..at + n]);
+        self.at += n;
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl AsyncWrite for Scripted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.written.borrow_mut().extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// An answer's head and the bytes it took, or `None` when more must be read.

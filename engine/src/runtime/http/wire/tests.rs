@@ -1,72 +1,18 @@
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use futures::executor::block_on;
 
 use super::*;
 
-/// A connection whose peer answers with `answer`, handed over `step` bytes per read, and
-/// keeps what was written to it.
-struct Scripted {
-    answer: Vec<u8>,
-    at: usize,
-    step: usize,
-    written: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
-}
-
-impl AsyncRead for Scripted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        let n = buf.len().min(self.step).min(self.answer.len() - self.at);
-        buf[..n].copy_from_slice(&self.answer[self.at..self.at + n]);
-        self.at += n;
-        Poll::Ready(Ok(n))
-    }
-}
-
-impl AsyncWrite for Scripted {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.written.borrow_mut().extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-type Written = std::rc::Rc<std::cell::RefCell<Vec<u8>>>;
-
 fn wire(answer: &[u8], step: usize) -> (Wire, Written) {
-    let written = Written::default();
-    let stream = Scripted {
-        answer: answer.to_vec(),
-        at: 0,
-        step,
-        written: written.clone(),
-    };
+    let stream = Scripted::answering(answer, step);
+    let written = stream.written.clone();
     (Wire::new(Box::new(stream)), written)
 }
 
 fn exchange(wire: &mut Wire, body: &[u8], cap: usize) -> Result<(Answer, bool), Failed> {
-    let mut headers = hyper::header::HeaderMap::new();
-    headers.insert(
-        "host",
-        hyper::header::HeaderValue::from_static("example.test"),
-    );
-    headers.insert("content-length", body.len().into());
+    let fields = format!("host: example.test\r\ncontent-length: {}\r\n", body.len());
     let request = Request {
         target: "/hooks/in?x=1",
-        fields: &headers,
+        fields: &fields.as_bytes(),
         body,
     };
     block_on(wire.exchange(&request, cap))
