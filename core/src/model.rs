@@ -27,6 +27,15 @@ impl std::fmt::Display for SinkKind {
 }
 
 impl SinkKind {
+    /// Every kind, each at its own place (`kind as usize`).
+    pub const ALL: [SinkKind; 5] = [
+        SinkKind::Webhook,
+        SinkKind::Pull,
+        SinkKind::Sqs,
+        SinkKind::Rabbitmq,
+        SinkKind::Eventbridge,
+    ];
+
     /// The kind as the API and the metrics name it.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -639,6 +648,13 @@ impl Edit {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_sink_kind_is_listed_at_its_own_place() {
+        for (place, kind) in SinkKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind as usize, place, "{kind}");
+        }
+    }
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().cloned().expect("object")

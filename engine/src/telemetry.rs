@@ -2,6 +2,7 @@
 //! scrape reads from the engine's counters (`Scrape`, a collector) and the process-wide registry
 //! of histograms and labelled families (`METRICS`).
 
+use hub_core::model::SinkKind;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -278,6 +279,10 @@ pub struct Metrics {
     pub delivered_latency_seconds: Family<LatencyLabels, Histogram, fn() -> Histogram>,
     /// `streaming_hub_delivery_failed_attempts_total{sink,class}`: failures by error class.
     pub failed_attempts: Family<FailureLabels, Counter>,
+    /// Each sink kind's three histograms of a settled attempt, taken from their families the
+    /// first time that kind settles one, so an attempt observes them without a family's lock
+    /// and hash lookup each (issue 17: three per delivered event).
+    settled_by_sink: [std::sync::OnceLock<SettledHistograms>; SinkKind::ALL.len()],
     /// `streaming_hub_store_write_seconds{stage}`: each store write phase's wall time.
     pub store_write_seconds: Family<StageLabel, Histogram, fn() -> Histogram>,
     /// `streaming_hub_delivery_breakers_open`: destinations whose circuit breaker is open or
@@ -448,6 +453,7 @@ impl Metrics {
             attempt_seconds,
             delivered_latency_seconds,
             failed_attempts,
+            settled_by_sink: Default::default(),
             store_write_seconds,
             breakers_open,
             consumer_lag,
@@ -516,20 +522,49 @@ pub struct AttemptSettled<'a> {
     pub tenant: &'a str,
     pub subscription: uuid::Uuid,
     pub event_id: uuid::Uuid,
-    pub sink: hub_core::model::SinkKind,
+    pub sink: SinkKind,
     /// 1 for the first attempt.
     pub attempt: u32,
     pub outcome: &'a hub_core::sink::outcome::Outcome,
     pub received_at_ms: i64,
 }
 
+/// The histograms a settled attempt of one sink kind observes.
+#[derive(Debug)]
+struct SettledHistograms {
+    attempt_seconds: Histogram,
+    since_produced: Histogram,
+    since_received: Histogram,
+}
+
+impl Metrics {
+    fn settled(&self, sink: SinkKind) -> &SettledHistograms {
+        self.settled_by_sink[sink as usize].get_or_init(|| {
+            let sink = sink.as_str();
+            let since = |since| {
+                (self.delivered_latency_seconds)
+                    .get_or_create(&LatencyLabels { sink, since })
+                    .clone()
+            };
+            SettledHistograms {
+                attempt_seconds: self
+                    .attempt_seconds
+                    .get_or_create(&SinkLabel { sink })
+                    .clone(),
+                since_produced: since("produced"),
+                since_received: since("received"),
+            }
+        })
+    }
+}
+
 impl AttemptSettled<'_> {
     pub fn emit(&self, now_ms: i64) {
         let sink = self.sink.as_str();
         let outcome = self.outcome;
-        METRICS
+        let histograms = METRICS.settled(self.sink);
+        histograms
             .attempt_seconds
-            .get_or_create(&SinkLabel { sink })
             .observe(outcome.duration_ms as f64 / 1000.0);
         // Per attempt at debug: a broken destination fails thousands of times; the rates are on
         // `/metrics`, dead letters are logged at info.
@@ -560,21 +595,9 @@ impl AttemptSettled<'_> {
             let (s, n) = t.to_unix();
             i64::try_from(s).unwrap_or(0) * 1000 + i64::from(n / 1_000_000)
         }) {
-            METRICS
-                .delivered_latency_seconds
-                .get_or_create(&LatencyLabels {
-                    sink,
-                    since: "produced",
-                })
-                .observe(age(produced_ms));
+            histograms.since_produced.observe(age(produced_ms));
         }
-        METRICS
-            .delivered_latency_seconds
-            .get_or_create(&LatencyLabels {
-                sink,
-                since: "received",
-            })
-            .observe(age(self.received_at_ms));
+        histograms.since_received.observe(age(self.received_at_ms));
     }
 }
 

@@ -14,17 +14,17 @@ pub const MAX_STEPS: usize = 12;
 /// An attempt that starts this long after the hub received the event is the job's last.
 pub const LAST_ATTEMPT_AFTER_MS: i64 = 24 * 3_600_000;
 
-/// A validated curve.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A validated curve: its steps are `steps_s[..len]`. Held inline, since every settled attempt
+/// takes its subscription's curve (issue 17: a `Vec` was two allocations per attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Curve {
-    steps_s: Vec<u32>,
+    steps_s: [u32; MAX_STEPS],
+    len: u8,
 }
 
 impl Default for Curve {
     fn default() -> Self {
-        Self {
-            steps_s: DEFAULT_CURVE_S.to_vec(),
-        }
+        Self::of(&DEFAULT_CURVE_S)
     }
 }
 
@@ -34,23 +34,35 @@ impl Curve {
     pub fn from_override(steps_s: Option<&[u32]>) -> Self {
         match steps_s {
             Some(s) if (1..=MAX_STEPS).contains(&s.len()) && s.iter().all(|v| *v <= MAX_STEP_S) => {
-                Self {
-                    steps_s: s.to_vec(),
-                }
+                Self::of(s)
             }
             _ => Self::default(),
         }
     }
 
+    /// `steps_s`, at most [`MAX_STEPS`] of them.
+    fn of(steps_s: &[u32]) -> Self {
+        let mut curve = Self {
+            steps_s: [0; MAX_STEPS],
+            len: steps_s.len().min(MAX_STEPS) as u8,
+        };
+        curve.steps_s[..usize::from(curve.len)].copy_from_slice(&steps_s[..usize::from(curve.len)]);
+        curve
+    }
+
+    fn steps_s(&self) -> &[u32] {
+        &self.steps_s[..usize::from(self.len)]
+    }
+
     /// How many attempts a job gets.
     pub fn attempts(&self) -> u32 {
-        u32::try_from(self.steps_s.len()).unwrap_or(u32::MAX)
+        u32::from(self.len)
     }
 
     /// The step before attempt `n` (1-based), in ms.
     fn step_ms(&self, n: u32) -> Option<i64> {
         let i = usize::try_from(n.checked_sub(1)?).ok()?;
-        self.steps_s.get(i).map(|s| i64::from(*s) * 1000)
+        self.steps_s().get(i).map(|s| i64::from(*s) * 1000)
     }
 }
 
