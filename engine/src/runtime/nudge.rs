@@ -40,8 +40,24 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How often the watching thread looks at every shard.
+/// How often the watching thread looks at every shard while any of them works.
 pub const LOOK_EVERY: Duration = Duration::from_millis(10);
+
+/// How often it looks once every shard has been quiet (no work, nothing woke it) for
+/// [`QUIET_LOOKS_TO_IDLE`] looks in a row: an idle hub's looks were half a percent of a core,
+/// read from `/proc` a hundred times a second (forty-eighth session), and what a look of an
+/// idle hub can find — a shard woken by an arrival that parked before it ran — waits this long
+/// at most instead of [`LOOK_EVERY`].
+pub const LOOK_IDLE_EVERY: Duration = Duration::from_millis(50);
+
+/// Quiet looks in a row before the watching thread looks every [`LOOK_IDLE_EVERY`].
+const QUIET_LOOKS_TO_IDLE: u32 = 3;
+
+/// Runs of a shard's thread one wake of ours explains. A wake makes a sleeping shard run once
+/// to take it, and often twice (its reactor's eventfd read completes after it parked again);
+/// counted as one, the second looked like a wake from elsewhere with no work after it, and was
+/// answered with another wake: an idle hub woke each shard ~15 times a second.
+const RUNS_A_WAKE_EXPLAINS: u64 = 2;
 
 /// The longest a shard goes without a wake from outside, whatever it shows.
 pub const WAKE_AT_LEAST_EVERY: Duration = Duration::from_millis(250);
@@ -201,17 +217,25 @@ impl Watched {
         }
     }
 
-    /// Looks at the shard and wakes it when it might be stuck.
-    fn look(&mut self, now: Instant) {
+    /// Looks at the shard and wakes it when it might be stuck; whether it was quiet (did no
+    /// work, and nothing woke it).
+    fn look(&mut self, now: Instant) -> bool {
         let work = self.pulse.work.load(Ordering::Relaxed);
-        let runs = self.pulse.runs();
+        let worked = work != self.work;
+        // The kernel's count speaks only of a shard that did no work, and reading it is a read
+        // of `/proc`: a working shard's is not read (two hundred reads a second under load).
+        // The count kept is then an old one, which only the next look without work sees, and
+        // that look wakes the shard anyway, for having stopped.
+        let runs = if worked { self.runs } else { self.pulse.runs() };
         let woken = match (runs, self.runs) {
-            (Some(now), Some(before)) => now.saturating_sub(before) > u64::from(self.woke_it),
+            (Some(now), Some(before)) => {
+                now.saturating_sub(before) > RUNS_A_WAKE_EXPLAINS * u64::from(self.woke_it)
+            }
             _ => true,
         };
         let seen = Seen {
             worked_before: self.worked,
-            worked: work != self.work,
+            worked,
             woken,
             since_last_wake: now.duration_since(self.last_wake),
         };
@@ -233,6 +257,17 @@ impl Watched {
             crate::telemetry::METRICS.shard_interrupts.inc();
             tracing::debug!("a shard left its wake untaken: its sleep interrupted");
         }
+        !seen.worked && !seen.woken
+    }
+}
+
+/// How long the watching thread waits before its next look, after `quiet_looks` looks in a
+/// row that found every shard quiet.
+fn next_look_after(quiet_looks: u32) -> Duration {
+    if quiet_looks >= QUIET_LOOKS_TO_IDLE {
+        LOOK_IDLE_EVERY
+    } else {
+        LOOK_EVERY
     }
 }
 
@@ -250,10 +285,19 @@ pub(super) fn watch_shards(
     std::thread::Builder::new()
         .name("shard-nudge".into())
         .spawn(move || {
+            let mut quiet_looks = 0u32;
             while !done.load(Ordering::Acquire) {
-                std::thread::park_timeout(LOOK_EVERY);
+                std::thread::park_timeout(next_look_after(quiet_looks));
                 let now = Instant::now();
-                watched.iter_mut().for_each(|shard| shard.look(now));
+                // Every shard is looked at, quiet or not.
+                let quiet = watched
+                    .iter_mut()
+                    .fold(true, |quiet, shard| shard.look(now) & quiet);
+                quiet_looks = if quiet {
+                    quiet_looks.saturating_add(1)
+                } else {
+                    0
+                };
             }
         })
         .map(|_| ())
@@ -327,26 +371,46 @@ mod tests {
         assert!(!pulse.interrupt(), "no signal to an id that may be reused");
     }
 
+    /// A thread parked in a test, standing for a shard asleep: it runs once for each unpark.
+    struct ParkedShard {
+        thread: std::thread::JoinHandle<()>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl ParkedShard {
+        /// The thread, started and attached to the pulse returned.
+        fn start() -> (Arc<Pulse>, Self) {
+            let pulse = Arc::new(Pulse::default());
+            let attached = pulse.clone();
+            let stop = Arc::new(AtomicBool::new(false));
+            let (ready, is_ready) = std::sync::mpsc::channel();
+            let thread = std::thread::spawn({
+                let stop = stop.clone();
+                move || {
+                    attach(attached);
+                    ready.send(()).expect("test waits");
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::park();
+                    }
+                }
+            });
+            is_ready.recv().expect("attached");
+            (pulse, Self { thread, stop })
+        }
+
+        fn stop(self) {
+            self.stop.store(true, Ordering::Release);
+            self.thread.thread().unpark();
+            self.thread.join().expect("shard thread");
+        }
+    }
+
     /// A shard that works is not woken; once it stops it is woken once, and then left asleep.
     /// A thread parked in the test stands for the shard (its wakes go to a channel no one
     /// drains), and the watcher's looks are made by hand, with and without work between them.
     #[test]
     fn r_di_2_a_shard_that_stops_working_is_woken_once_then_left_asleep() {
-        let pulse = Arc::new(Pulse::default());
-        let attached = pulse.clone();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready, is_ready) = std::sync::mpsc::channel();
-        let shard = std::thread::spawn({
-            let stop = stop.clone();
-            move || {
-                attach(attached);
-                ready.send(()).expect("test waits");
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::park();
-                }
-            }
-        });
-        is_ready.recv().expect("attached");
+        let (pulse, shard) = ParkedShard::start();
         let (wake, woken) = async_channel::bounded(1);
         let mut watched = Watched::new(pulse.clone(), wake, Instant::now());
         for _ in 0..5 {
@@ -358,9 +422,7 @@ mod tests {
         for _ in 0..10 {
             watched.look(Instant::now());
         }
-        stop.store(true, Ordering::Release);
-        shard.thread().unpark();
-        shard.join().expect("shard thread");
+        shard.stop();
         assert_eq!(while_working, 0, "woken while it worked");
         assert_eq!(pulse.wakes(), 1, "woken once it stopped, then left asleep");
         assert_eq!(woken.len(), 1);
@@ -368,6 +430,48 @@ mod tests {
             crate::telemetry::METRICS.shard_wakes.get() > counted,
             "the wake is counted on /metrics"
         );
+    }
+
+    /// The runs a wake of ours makes (a shard often runs twice to take one) are not taken for a
+    /// wake from elsewhere, which would be answered with another wake, and so on (an idle hub
+    /// woke each shard ~15 times a second that way); more runs than a wake explains still are.
+    /// The looks slow down once every shard has been quiet for a few of them.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a plain test thread, not a shard
+    fn r_di_2_a_shards_runs_after_our_wake_are_not_taken_for_another_wake() {
+        let (pulse, shard) = ParkedShard::start();
+        let run_once = || {
+            shard.thread.thread().unpark();
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let (wake, woken) = async_channel::bounded(8);
+        let mut watched = Watched::new(pulse.clone(), wake, Instant::now());
+        pulse.work.fetch_add(1, Ordering::Relaxed);
+        assert!(!watched.look(Instant::now()), "it worked: not quiet");
+        assert!(
+            !watched.look(Instant::now()),
+            "it stopped: woken, not quiet"
+        );
+        assert_eq!(pulse.wakes(), 1);
+        // Our wake's run, as a shard's thread would take it.
+        run_once();
+        assert!(
+            watched.look(Instant::now()),
+            "quiet: its run was our wake's"
+        );
+        assert_eq!(pulse.wakes(), 1, "not woken again");
+        assert!(watched.look(Instant::now()), "asleep and idle");
+        // Woken from elsewhere, more than a wake of ours explains, with no work after it.
+        for _ in 0..RUNS_A_WAKE_EXPLAINS + 2 {
+            run_once();
+        }
+        assert!(!watched.look(Instant::now()), "woken for nothing");
+        assert_eq!(pulse.wakes(), 2);
+        shard.stop();
+        assert_eq!(woken.len(), 2);
+        assert_eq!(next_look_after(0), LOOK_EVERY);
+        assert_eq!(next_look_after(QUIET_LOOKS_TO_IDLE - 1), LOOK_EVERY);
+        assert_eq!(next_look_after(QUIET_LOOKS_TO_IDLE), LOOK_IDLE_EVERY);
     }
 
     /// A shard whose last wake stayed untaken past the bound (its channel full: the task that
