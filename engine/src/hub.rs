@@ -136,13 +136,13 @@ pub fn run_standalone(
             }),
         ])),
     };
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = crate::runtime::Stop::default();
     if let Some(cql) = cql {
         // Outcomes of subscriptions a control process elsewhere watches, through the store.
         tokio.spawn(crate::store::cql::relay::run_relay(
             cql,
             link.outcomes.clone(),
-            stop.clone(),
+            stop.flag(),
         ));
     }
     tokio.spawn(crate::store::expiry::run(
@@ -150,7 +150,7 @@ pub fn run_standalone(
         Duration::from_millis(config.retention_pass_ms),
         stop.clone(),
     ));
-    let delivery = Delivery::start(&config, &link, shards, &store, &tokio, stop.clone())?;
+    let delivery = Delivery::start(&config, &link, shards, &store, &tokio, stop.flag())?;
     delivery.watch_backpressure(&store, &tokio);
     delivery.survey_strays(&store, &tokio);
     let reporter = crate::delivery::ownership_report::Reporter {
@@ -158,7 +158,7 @@ pub fn run_standalone(
         store: store.clone(),
         instance: config.kafka_instance_id.clone(),
     };
-    tokio.spawn(reporter.clone().publish(stop.clone()));
+    tokio.spawn(reporter.clone().publish(stop.flag()));
     let shards_done = Arc::new(AtomicBool::new(false));
     let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let kafka_state = config
@@ -226,11 +226,7 @@ pub fn run_standalone(
                 .merge(control)
                 .layer(axum::middleware::from_fn(hub_core::error::limit_headers))
                 .layer(axum::middleware::map_response(hub_core::error::json_errors));
-            let shutdown = async move {
-                while !stop.load(Ordering::Acquire) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            };
+            let shutdown = async move { stop.said().await };
             hub_core::listener::serve(listener, app, listener_limits, listener_tls, shutdown).await
         })
     };
@@ -280,7 +276,7 @@ pub fn run_standalone(
         let work = ConsumerWork {
             shards: record_senders,
             commits: commit_rx,
-            stop: stop.clone(),
+            stop: stop.flag(),
             shards_done,
             health: kafka_state.unwrap_or_default(),
             // Ends well inside the stop's grace: the last offset commit (of what did become
@@ -298,7 +294,7 @@ pub fn run_standalone(
 
     tokio.block_on(stopped);
     tracing::info!("stopping: draining in-flight batches");
-    stop.store(true, Ordering::Release);
+    stop.set();
     let grace = std::time::Duration::from_millis(config.stop_grace_ms);
     if !all_finished(&threads, grace) {
         // Same as a crash for what was in flight: offsets not committed are replayed and leased

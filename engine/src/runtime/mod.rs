@@ -11,6 +11,7 @@ mod bridge;
 pub mod http;
 mod nudge;
 mod shards;
+mod stop;
 
 pub use alarm::{Alarm, Rings};
 pub use beside_shards::{never_preempt_a_shard, spawn_beside_shards};
@@ -22,6 +23,7 @@ pub use shards::on_shard;
 pub use shards::{
     run_on_own_executor, spawn_shards, ShardConfig, ShardId, ShardRuntimeError, SHARD_PREEMPT,
 };
+pub use stop::Stop;
 
 /// Sleeps on the current shard's timer (glommio). Only for code running on a shard.
 pub async fn shard_sleep(d: std::time::Duration) {

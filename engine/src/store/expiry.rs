@@ -1,34 +1,30 @@
 //! The retention loop (R-OP-5): asks the store to expire what has outlived its windows, once a
 //! minute and once at start, and counts what went.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::StoreOps;
+use crate::runtime::Stop;
 
 /// How often a pass runs. Windows are days long; a minute late is nothing, and a pass that finds
 /// nothing old reads one row per tenant and table.
 pub const EVERY: Duration = Duration::from_secs(60);
 
-/// Runs passes until `stop`.
-pub async fn run(store: Arc<dyn StoreOps>, every: Duration, stop: Arc<AtomicBool>) {
-    let tick = Duration::from_millis(200).min(every);
-    let mut waited = every; // the first pass at once
-    while !stop.load(Ordering::Acquire) {
-        if waited >= every {
-            waited = Duration::ZERO;
-            match store.expire(crate::clock::now_ms()).await {
-                Ok(expired) => {
-                    crate::telemetry::METRICS.expired(&expired);
-                    if expired.total() > 0 {
-                        tracing::info!(?expired, "retention removed expired rows");
-                    }
+/// Runs passes, the first at once, until `stop`.
+pub async fn run(store: Arc<dyn StoreOps>, every: Duration, stop: Stop) {
+    while !stop.is_set() {
+        match store.expire(crate::clock::now_ms()).await {
+            Ok(expired) => {
+                crate::telemetry::METRICS.expired(&expired);
+                if expired.total() > 0 {
+                    tracing::info!(?expired, "retention removed expired rows");
                 }
-                Err(e) => tracing::warn!(error = %e, "retention pass failed; next pass retries"),
             }
+            Err(e) => tracing::warn!(error = %e, "retention pass failed; next pass retries"),
         }
-        tokio::time::sleep(tick).await;
-        waited += tick;
+        if stop.sleep(every).await {
+            break;
+        }
     }
 }

@@ -14,8 +14,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "fuzzing")]
+pub use self::wire::read_answer;
 use self::wire::Wire;
-pub use self::wire::{read_answer, Answer, Failed, Fields, Request};
+pub use self::wire::{Answer, Failed, Fields, Request};
 use crate::fast_hash::FastMap;
 
 /// How long an idle connection is kept for the next request to its origin.

@@ -12,8 +12,6 @@
 //! chunks, with nothing after it, and neither side asked to close.
 
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -318,6 +316,7 @@ impl Wire {
 /// Reads `answer` as the answer to one request, handed over `step` bytes per read, keeping at
 /// most `cap` bytes of its body: the answer and whether its connection would be kept, or why it
 /// was refused. For the fuzz target (`hub-fuzz`): a destination's answer is untrusted input.
+#[cfg(feature = "fuzzing")]
 pub fn read_answer(answer: &[u8], step: usize, cap: usize) -> Result<(Answer, bool), Failed> {
     let mut wire = Wire::new(Box::new(Scripted::answering(answer, step)));
     let request = Request {
@@ -326,60 +325,6 @@ pub fn read_answer(answer: &[u8], step: usize, cap: usize) -> Result<(Answer, bo
         body: b"",
     };
     futures::executor::block_on(wire.exchange(&request, cap))
-}
-
-/// A connection in memory whose peer answers with given bytes, handed over `step` bytes per
-/// read, and keeps what was written to it: the fuzz target's, and the tests'.
-struct Scripted {
-    answer: Vec<u8>,
-    at: usize,
-    step: usize,
-    written: Written,
-}
-
-/// What was written to a [`Scripted`] connection, kept after the wire took it.
-type Written = std::rc::Rc<std::cell::RefCell<Vec<u8>>>;
-
-impl Scripted {
-    fn answering(answer: &[u8], step: usize) -> Self {
-        Self {
-            answer: answer.to_vec(),
-            at: 0,
-            step: step.max(1),
-            written: Written::default(),
-        }
-    }
-}
-
-impl AsyncRead for Scripted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        let at = self.at;
-        let n = buf.len().min(self.step).min(self.answer.len() - at);
-        buf[..n].copy_from_slice(&self.answer[at..at + n]);
-        self.at += n;
-        Poll::Ready(Ok(n))
-    }
-}
-
-impl AsyncWrite for Scripted {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.written.borrow_mut().extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
 }
 
 /// An answer's head and the bytes it took, or `None` when more must be read.
@@ -480,6 +425,13 @@ fn chunk_size(line: &[u8]) -> Result<u64, Failed> {
         n * 16 + u64::from(value)
     }))
 }
+
+#[cfg(any(test, feature = "fuzzing"))]
+mod scripted;
+#[cfg(any(test, feature = "fuzzing"))]
+use self::scripted::Scripted;
+#[cfg(test)]
+use self::scripted::Written;
 
 #[cfg(test)]
 mod tests;
