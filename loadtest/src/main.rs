@@ -105,6 +105,11 @@ struct Cli {
     /// installs inferno when given this flag).
     #[arg(long)]
     profile: bool,
+    /// Count the hub's wake-ups over the measured phase (`perf stat`: `io_uring_enter`,
+    /// `membarrier`, `futex`, syncs, writes, context switches; at most 10 s), per second and per
+    /// event, without `--profile`'s samples. Needs only `perf`.
+    #[arg(long)]
+    count_wakes: bool,
     /// Delete other `lerian.streaming.*` topics on the broker first (a fresh hub group would
     /// ingest them too).
     #[arg(long)]
@@ -201,11 +206,14 @@ async fn load_test(cli: Cli) -> anyhow::Result<()> {
             .collect(),
         sink: cli.sink,
         engines: cli.engines.max(1),
-        profile: cli.profile.then(|| out.clone()),
+        profile: (cli.profile || cli.count_wakes).then(|| profile::Wanted {
+            dir: out.clone(),
+            samples: cli.profile,
+        }),
         command,
     };
-    if cli.profile {
-        profile::tools_ready()?;
+    if let Some(wanted) = &args.profile {
+        profile::tools_ready(wanted)?;
     }
     anyhow::ensure!(
         args.engines == 1 || matches!(cli.fault, None | Some(faults::Fault::KillEngine)),

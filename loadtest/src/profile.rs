@@ -8,10 +8,13 @@
 //! shard's reactor makes to sleep and wake (`io_uring_enter`, `membarrier`), the other threads'
 //! (`futex`), the syncs, and the context switches — at a steady rate the hub's cost follows them.
 //!
+//! `--count-wakes` takes only those counts (no samples, no inferno): a light run to compare two
+//! builds' wake-ups per event, with `perf` alone.
+//!
 //! `scripts/loadtest --profile …` installs inferno into the tool cache; `perf` is the system's.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,8 +44,8 @@ pub struct ProfileFigures {
     pub seconds: f64,
     /// Cycles the samples stand for (perf's period), the unit of every share.
     pub cycles: u64,
-    /// The flame graph's file, beside the report.
-    pub svg: String,
+    /// The flame graph's file, beside the report; none when only counts were taken.
+    pub svg: Option<String>,
     pub command: String,
     /// Each thread (by name, digits folded: `shard-0` and `shard-1` stay apart, `tokio-runtime-
     /// worker` is one) and its share of the samples, largest first.
@@ -69,9 +72,24 @@ pub struct Counted {
     pub count: u64,
 }
 
+/// What a run asked to take of the hub over its measured phase, and where it goes.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    /// The report's directory.
+    pub dir: PathBuf,
+    /// Samples and a flame graph (`--profile`) beside the counts, or the counts alone
+    /// (`--count-wakes`).
+    pub samples: bool,
+}
+
 /// Says what is missing before a run starts, rather than after it.
-pub fn tools_ready() -> anyhow::Result<()> {
-    for tool in ["perf", "inferno-collapse-perf", "inferno-flamegraph"] {
+pub fn tools_ready(wanted: &Wanted) -> anyhow::Result<()> {
+    let tools: &[&str] = if wanted.samples {
+        &["perf", "inferno-collapse-perf", "inferno-flamegraph"]
+    } else {
+        &["perf"]
+    };
+    for &tool in tools {
         let found = Command::new(tool)
             .arg("--help")
             .stdout(Stdio::null())
@@ -80,15 +98,16 @@ pub fn tools_ready() -> anyhow::Result<()> {
             .is_ok();
         anyhow::ensure!(
             found,
-            "--profile needs `{tool}` on PATH (scripts/loadtest --profile installs inferno)"
+            "--profile and --count-wakes need `{tool}` on PATH (scripts/loadtest --profile \
+             installs inferno)"
         );
     }
     Ok(())
 }
 
-/// `perf record` running on the hub.
+/// `perf stat`, and `perf record` when samples were asked for, running on the hub.
 pub struct Profiling {
-    perf: Child,
+    perf: Option<Child>,
     stat: Child,
     data: PathBuf,
     dir: PathBuf,
@@ -97,8 +116,9 @@ pub struct Profiling {
 }
 
 impl Profiling {
-    /// Starts recording process `pid`; the data and the flame graph go to `dir`.
-    pub fn start(pid: u32, dir: &Path) -> anyhow::Result<Self> {
+    /// Starts counting (and recording, if asked) process `pid`; what is kept goes to `dir`.
+    pub fn start(pid: u32, wanted: &Wanted) -> anyhow::Result<Self> {
+        let dir = wanted.dir.as_path();
         std::fs::create_dir_all(dir)?;
         let data = dir.join("perf.data");
         let args = [
@@ -115,34 +135,53 @@ impl Profiling {
             "sleep".to_owned(),
             MOST.as_secs().to_string(),
         ];
-        let perf = Command::new("perf")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let perf = wanted
+            .samples
+            .then(|| {
+                Command::new("perf")
+                    .args(&args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+            })
+            .transpose()?;
+        let stat_args = [
+            "stat".to_owned(),
+            "-x".to_owned(),
+            ",".to_owned(),
+            "-e".to_owned(),
+            COUNTED.join(","),
+            "-p".to_owned(),
+            pid.to_string(),
+            "--".to_owned(),
+            "sleep".to_owned(),
+            MOST.as_secs().to_string(),
+        ];
         let stat = Command::new("perf")
-            .args(["stat", "-x", ",", "-o"])
+            .args(&stat_args[..1])
+            .arg("-o")
             .arg(dir.join("perf-stat.csv"))
-            .args(["-e", &COUNTED.join(","), "-p", &pid.to_string(), "--"])
-            .args(["sleep", &MOST.as_secs().to_string()])
+            .args(&stat_args[1..])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
         eprintln!("[loadtest] profiling the hub (perf, pid {pid})");
+        let shown: &[String] = if wanted.samples { &args } else { &stat_args };
         Ok(Self {
             perf,
             stat,
             data,
             dir: dir.to_owned(),
             started: Instant::now(),
-            command: format!("perf {}", args.join(" ")),
+            command: format!("perf {}", shown.join(" ")),
         })
     }
 
-    /// Stops recording, draws `flame.svg` and counts the shares. The raw data is removed.
+    /// Stops counting and recording, draws `flame.svg` and counts the shares. The raw data is
+    /// removed.
     pub fn finish(mut self) -> anyhow::Result<ProfileFigures> {
         let seconds = self.started.elapsed().min(MOST).as_secs_f64();
-        for perf in [&mut self.perf, &mut self.stat] {
+        for perf in self.perf.iter_mut().chain([&mut self.stat]) {
             if perf.try_wait()?.is_none() {
                 // perf writes its data out on SIGINT.
                 Command::new("kill")
@@ -154,6 +193,18 @@ impl Profiling {
         let stat_file = self.dir.join("perf-stat.csv");
         let counted = counts(&std::fs::read_to_string(&stat_file).unwrap_or_default());
         let _ = std::fs::remove_file(stat_file);
+        if self.perf.is_none() {
+            return Ok(ProfileFigures {
+                seconds,
+                cycles: 0,
+                svg: None,
+                command: std::mem::take(&mut self.command),
+                threads: Vec::new(),
+                functions: Vec::new(),
+                kinds: Vec::new(),
+                counted,
+            });
+        }
         eprintln!("[loadtest] folding the profile's stacks (perf script, inferno)");
         let script = Command::new("perf")
             .args(["script", "-i"])
@@ -176,7 +227,7 @@ impl Profiling {
         Ok(ProfileFigures {
             seconds,
             cycles,
-            svg: "flame.svg".to_owned(),
+            svg: Some("flame.svg".to_owned()),
             command: std::mem::take(&mut self.command),
             threads,
             functions,
@@ -189,7 +240,7 @@ impl Profiling {
 /// A run that fails part-way stops its profiler too.
 impl Drop for Profiling {
     fn drop(&mut self) {
-        for perf in [&mut self.perf, &mut self.stat] {
+        for perf in self.perf.iter_mut().chain([&mut self.stat]) {
             if let Ok(None) = perf.try_wait() {
                 let _ = perf.kill();
                 let _ = perf.wait();
@@ -227,12 +278,23 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
     use std::fmt::Write as _;
     let mut md = String::new();
     let pct = |n: u64| 100.0 * n as f64 / p.cycles.max(1) as f64;
+    let Some(svg) = &p.svg else {
+        let _ = writeln!(
+            md,
+            "## The hub's wake-ups (perf stat)\n\nCounted over {:.1} s of the measured phase, \
+             without samples (`--count-wakes`): `{}`.\n",
+            p.seconds, p.command
+        );
+        counts_table(&mut md, p, events_per_s);
+        md.push('\n');
+        return md;
+    };
     let _ = writeln!(
         md,
-        "## Where the hub's CPU went (perf)\n\n[Flame graph]({}) of the hub over {:.1} s of the \
-         measured phase, sampled {FREQUENCY} times a second per core, each sample weighed by the \
-         cycles it stands for: `{}`.\n\n| thread | share of cycles |\n|---|---|",
-        p.svg, p.seconds, p.command
+        "## Where the hub's CPU went (perf)\n\n[Flame graph]({svg}) of the hub over {:.1} s of \
+         the measured phase, sampled {FREQUENCY} times a second per core, each sample weighed by \
+         the cycles it stands for: `{}`.\n\n| thread | share of cycles |\n|---|---|",
+        p.seconds, p.command
     );
     for t in &p.threads {
         let _ = writeln!(md, "| `{}` | {:.1} % |", t.name, pct(t.cycles));
@@ -241,18 +303,8 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
     for k in &p.kinds {
         let _ = writeln!(md, "| {} | {:.1} % |", k.name, pct(k.cycles));
     }
-    let _ = writeln!(
-        md,
-        "\n| over the same window (`perf stat`) | per second | per event at {} |\n|---|---|---|",
-        events_per_s.map_or("—".to_owned(), |r| format!("{r:.0}/s"))
-    );
-    for c in &p.counted {
-        let per_s = c.count as f64 / p.seconds.max(1e-9);
-        let per_event = events_per_s
-            .filter(|r| *r > 0.0)
-            .map_or("—".to_owned(), |r| format!("{:.1}", per_s / r));
-        let _ = writeln!(md, "| `{}` | {per_s:.0} | {per_event} |", c.name);
-    }
+    md.push('\n');
+    counts_table(&mut md, p, events_per_s);
     let _ = writeln!(
         md,
         "\n| function the samples stopped in (self) | share |\n|---|---|"
@@ -267,6 +319,23 @@ pub fn section(p: &ProfileFigures, events_per_s: Option<f64>) -> String {
     }
     md.push('\n');
     md
+}
+
+/// The counts of `perf stat`, per second and per event.
+fn counts_table(md: &mut String, p: &ProfileFigures, events_per_s: Option<f64>) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        md,
+        "| over the same window (`perf stat`) | per second | per event at {} |\n|---|---|---|",
+        events_per_s.map_or("—".to_owned(), |r| format!("{r:.0}/s"))
+    );
+    for c in &p.counted {
+        let per_s = c.count as f64 / p.seconds.max(1e-9);
+        let per_event = events_per_s
+            .filter(|r| *r > 0.0)
+            .map_or("—".to_owned(), |r| format!("{:.1}", per_s / r));
+        let _ = writeln!(md, "| `{}` | {per_s:.0} | {per_event} |", c.name);
+    }
 }
 
 /// Runs `tool` with `input` on its standard input and returns its output.
@@ -351,7 +420,7 @@ mod tests {
         let p = ProfileFigures {
             seconds: 10.0,
             cycles: 200,
-            svg: "flame.svg".to_owned(),
+            svg: Some("flame.svg".to_owned()),
             command: "perf record".to_owned(),
             threads: vec![share("hub-shard-1", 150), share("log-commit", 50)],
             functions: vec![share("a|b", 20)],
@@ -366,6 +435,28 @@ mod tests {
         assert!(at("| `hub-shard-1` | 75.0 % |") < at("| user space | 60.0 % |"));
         assert!(at("| user space | 60.0 % |") < at("| `io_uring_enter` | 7000 | 14.0 |"));
         assert!(at("| `io_uring_enter` | 7000 | 14.0 |") < at("| `a\\|b` | 10.0 % |"));
+    }
+
+    #[test]
+    fn counts_alone_give_a_section_of_wake_ups_per_event_without_shares() {
+        let p = ProfileFigures {
+            seconds: 10.0,
+            cycles: 0,
+            svg: None,
+            command: "perf stat -x , -e syscalls:sys_enter_io_uring_enter".to_owned(),
+            threads: Vec::new(),
+            functions: Vec::new(),
+            kinds: Vec::new(),
+            counted: vec![Counted {
+                name: "io_uring_enter".to_owned(),
+                count: 57_000,
+            }],
+        };
+        let md = section(&p, Some(500.0));
+        assert!(md.starts_with("## The hub's wake-ups (perf stat)"), "{md}");
+        assert!(md.contains("`perf stat -x , -e syscalls:sys_enter_io_uring_enter`"));
+        assert!(md.contains("| `io_uring_enter` | 5700 | 11.4 |"), "{md}");
+        assert!(!md.contains("share"), "no shares without samples: {md}");
     }
 
     #[test]

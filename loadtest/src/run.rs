@@ -52,16 +52,16 @@ pub struct RunArgs {
     pub sink: SinkChoice,
     /// Engines of one group on one keyspace (CQL only); 1 by default.
     pub engines: usize,
-    /// Where a profile of the measured phase goes (`--profile`: the report's directory).
-    pub profile: Option<PathBuf>,
+    /// What to take of the hub over the measured phase (`--profile`, `--count-wakes`).
+    pub profile: Option<crate::profile::Wanted>,
     pub command: String,
 }
 
 /// Starts profiling the first hub when the run asked for it.
 fn profile_from(args: &RunArgs, hub: &Hubs) -> anyhow::Result<Option<Profiling>> {
     args.profile
-        .as_deref()
-        .map(|dir| Profiling::start(hub.first().pid(), dir))
+        .as_ref()
+        .map(|wanted| Profiling::start(hub.first().pid(), wanted))
         .transpose()
 }
 
