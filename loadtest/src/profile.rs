@@ -121,55 +121,44 @@ impl Profiling {
         let dir = wanted.dir.as_path();
         std::fs::create_dir_all(dir)?;
         let data = dir.join("perf.data");
-        let args = [
-            "record".to_owned(),
-            "-F".to_owned(),
-            FREQUENCY.to_string(),
-            "--call-graph".to_owned(),
-            "dwarf".to_owned(),
-            "-p".to_owned(),
-            pid.to_string(),
-            "-o".to_owned(),
-            data.display().to_string(),
-            "--".to_owned(),
-            "sleep".to_owned(),
-            MOST.as_secs().to_string(),
-        ];
-        let perf = wanted
-            .samples
-            .then(|| {
-                Command::new("perf")
-                    .args(&args)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-            })
-            .transpose()?;
-        let stat_args = [
-            "stat".to_owned(),
-            "-x".to_owned(),
-            ",".to_owned(),
-            "-e".to_owned(),
-            COUNTED.join(","),
-            "-p".to_owned(),
-            pid.to_string(),
-            "--".to_owned(),
-            "sleep".to_owned(),
-            MOST.as_secs().to_string(),
-        ];
-        let stat = Command::new("perf")
-            .args(&stat_args[..1])
-            .arg("-o")
-            .arg(dir.join("perf-stat.csv"))
-            .args(&stat_args[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let window = MOST.as_secs().to_string();
+        let record = [
+            "record",
+            "-F",
+            &FREQUENCY.to_string(),
+            "--call-graph",
+            "dwarf",
+            "-p",
+            &pid.to_string(),
+            "-o",
+            &data.display().to_string(),
+            "--",
+            "sleep",
+            &window,
+        ]
+        .map(str::to_owned);
+        let stat = [
+            "stat",
+            "-x",
+            ",",
+            "-o",
+            &dir.join("perf-stat.csv").display().to_string(),
+            "-e",
+            &COUNTED.join(","),
+            "-p",
+            &pid.to_string(),
+            "--",
+            "sleep",
+            &window,
+        ]
+        .map(str::to_owned);
+        let perf = wanted.samples.then(|| perf_quietly(&record)).transpose()?;
+        let counting = perf_quietly(&stat)?;
         eprintln!("[loadtest] profiling the hub (perf, pid {pid})");
-        let shown: &[String] = if wanted.samples { &args } else { &stat_args };
+        let shown = if wanted.samples { record } else { stat };
         Ok(Self {
             perf,
-            stat,
+            stat: counting,
             data,
             dir: dir.to_owned(),
             started: Instant::now(),
@@ -235,6 +224,15 @@ impl Profiling {
             counted,
         })
     }
+}
+
+/// Starts `perf` with `args`, its output out of the run's way.
+fn perf_quietly(args: &[String]) -> std::io::Result<Child> {
+    Command::new("perf")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
 }
 
 /// A run that fails part-way stops its profiler too.
