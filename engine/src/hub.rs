@@ -142,7 +142,7 @@ pub fn run_standalone(
         tokio.spawn(crate::store::cql::relay::run_relay(
             cql,
             link.outcomes.clone(),
-            stop.flag(),
+            stop.clone(),
         ));
     }
     tokio.spawn(crate::store::expiry::run(
@@ -150,7 +150,7 @@ pub fn run_standalone(
         Duration::from_millis(config.retention_pass_ms),
         stop.clone(),
     ));
-    let delivery = Delivery::start(&config, &link, shards, &store, &tokio, stop.flag())?;
+    let delivery = Delivery::start(&config, &link, shards, &store, &tokio, stop.clone())?;
     delivery.watch_backpressure(&store, &tokio);
     delivery.survey_strays(&store, &tokio);
     let reporter = crate::delivery::ownership_report::Reporter {
@@ -158,7 +158,7 @@ pub fn run_standalone(
         store: store.clone(),
         instance: config.kafka_instance_id.clone(),
     };
-    tokio.spawn(reporter.clone().publish(stop.flag()));
+    tokio.spawn(reporter.clone().publish(stop.clone()));
     let shards_done = Arc::new(AtomicBool::new(false));
     let shards_started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let kafka_state = config

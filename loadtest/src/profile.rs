@@ -122,7 +122,7 @@ impl Profiling {
         std::fs::create_dir_all(dir)?;
         let data = dir.join("perf.data");
         let window = MOST.as_secs().to_string();
-        let record = [
+        let record_args = [
             "record",
             "-F",
             &FREQUENCY.to_string(),
@@ -137,7 +137,7 @@ impl Profiling {
             &window,
         ]
         .map(str::to_owned);
-        let stat = [
+        let stat_args = [
             "stat",
             "-x",
             ",",
@@ -152,13 +152,20 @@ impl Profiling {
             &window,
         ]
         .map(str::to_owned);
-        let perf = wanted.samples.then(|| perf_quietly(&record)).transpose()?;
-        let counting = perf_quietly(&stat)?;
+        let perf = wanted
+            .samples
+            .then(|| perf_quietly(&record_args))
+            .transpose()?;
+        let stat = perf_quietly(&stat_args)?;
         eprintln!("[loadtest] profiling the hub (perf, pid {pid})");
-        let shown = if wanted.samples { record } else { stat };
+        let shown = if wanted.samples {
+            record_args
+        } else {
+            stat_args
+        };
         Ok(Self {
             perf,
-            stat: counting,
+            stat,
             data,
             dir: dir.to_owned(),
             started: Instant::now(),

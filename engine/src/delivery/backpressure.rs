@@ -16,6 +16,8 @@
 //! partitions and HTTP ingest answers 429 `ingest_throttled` with `Retry-After`.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use crate::runtime::Stop;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -201,11 +203,11 @@ impl Backpressure {
 }
 
 /// Evaluates the gate every 250 ms until `stop` (on tokio). Not started when no bound is on.
-pub async fn watch(bp: Arc<Backpressure>, store: Arc<dyn Jobs>, stop: Arc<AtomicBool>) {
+pub async fn watch(bp: Arc<Backpressure>, store: Arc<dyn Jobs>, stop: Stop) {
     let metrics = &crate::telemetry::METRICS;
     metrics.backpressure_bounds(&bp.bounds);
     let mut gate = Gate::Open { probe_until: 0 };
-    while !stop.load(Ordering::Acquire) {
+    while !stop.is_set() {
         let pending = if bp.bounds.pending_jobs > 0 {
             let answer = tokio::time::timeout(Duration::from_secs(1), store.pending_jobs()).await;
             answer.ok().and_then(Result::ok)
@@ -242,7 +244,7 @@ pub async fn watch(bp: Arc<Backpressure>, store: Arc<dyn Jobs>, stop: Arc<Atomic
         metrics
             .delivery_lag_seconds
             .set(reading.lag_ms as f64 / 1000.0);
-        tokio::time::sleep(EVALUATE_EVERY).await;
+        stop.sleep(EVALUATE_EVERY).await;
     }
 }
 

@@ -3,7 +3,6 @@
 //! `/admin/ownership`, rendered into `/metrics`, and published to the store every
 //! `PUBLISH_EVERY`, where the control plane lists every engine's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,8 +44,8 @@ impl Reporter {
     }
 
     /// Publishes the report every `PUBLISH_EVERY` until `stop`.
-    pub async fn publish(self, stop: Arc<AtomicBool>) {
-        while !stop.load(Ordering::Acquire) {
+    pub async fn publish(self, stop: crate::runtime::Stop) {
+        while !stop.is_set() {
             match self.report(PUBLISH_EVERY).await {
                 Ok(report) => {
                     if let Err(e) = self.store.publish_ownership(&report).await {
@@ -57,7 +56,7 @@ impl Reporter {
                     tracing::warn!(error = %e, "reading lanes for the ownership report failed")
                 }
             }
-            tokio::time::sleep(PUBLISH_EVERY).await;
+            stop.sleep(PUBLISH_EVERY).await;
         }
     }
 }

@@ -2,7 +2,6 @@
 //! one wake-up channel, one hand-off channel and one lane per shard, and the routing ingest uses
 //! to write jobs.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use super::ownership::{Numbering, Ownership};
 use crate::config::{HubConfig, StoreKind};
 use crate::ingest::jobs::{FreshLeases, HandOver, Handoff, JobRouting};
 use crate::matching::follow::{follow, listen_for_changes, LocalSubscriptions, Subscriptions};
-use crate::runtime::TokioBridge;
+use crate::runtime::{Stop, TokioBridge};
 use crate::store::Store;
 
 /// A shard's lane and the routing its ingest stage writes jobs with.
@@ -38,7 +37,7 @@ pub struct Delivery {
     /// The task writing what `marks` gathers; it ends once every lane's writer is gone.
     marks_written: tokio::task::JoinHandle<()>,
     lane: LaneConfig,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     /// The gate lanes report their lag to and ingest reads.
     pub backpressure: Arc<Backpressure>,
     /// Which lanes each shard pages (the Kafka consumer publishes its assignment there).
@@ -53,7 +52,7 @@ impl Delivery {
         shards: usize,
         store: &Arc<dyn Store>,
         tokio: &tokio::runtime::Runtime,
-        stop: Arc<AtomicBool>,
+        stop: Stop,
     ) -> anyhow::Result<Self> {
         let counters = Arc::new(DeliveryCounters::default());
         let lane = LaneConfig {
@@ -212,7 +211,7 @@ impl Delivery {
                         wake: wake.clone(),
                         handoff: handoff.clone(),
                         fresh: routing.fresh.clone(),
-                        stop: self.stop.clone(),
+                        stop: self.stop.flag(),
                         backpressure: self.backpressure.clone(),
                         shard: i,
                     },
@@ -232,10 +231,10 @@ const PROBES_AT_ONCE: usize = 16;
 async fn auto_probe(
     subs: Arc<Subscriptions>,
     prober: Arc<dyn hub_core::in_process::AutoProbe>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
 ) {
     use futures::StreamExt;
-    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+    while !stop.is_set() {
         let now = crate::clock::now_ms();
         let probes: Vec<_> = subs
             .all()
@@ -249,7 +248,7 @@ async fn auto_probe(
             .buffer_unordered(PROBES_AT_ONCE)
             .for_each(|_| async {})
             .await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        stop.sleep(Duration::from_secs(5)).await;
     }
 }
 

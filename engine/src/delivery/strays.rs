@@ -2,19 +2,18 @@
 //! store for the assigned lanes another engine holds, adopts lanes nobody has held for
 //! `STRAY_GRACE_MS`, and gives up strays an assigned engine asks for or that have emptied.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::ownership::{Ownership, STRAY_GRACE_MS};
+use crate::runtime::Stop;
 use crate::store::{LaneHolds, LaneSurvey};
 
 const SURVEY_EVERY: Duration = Duration::from_secs(2);
 
 /// Runs until `stop`.
-pub async fn survey(ownership: Arc<Ownership>, store: Arc<dyn LaneHolds>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Acquire) {
-        tokio::time::sleep(SURVEY_EVERY).await;
+pub async fn survey(ownership: Arc<Ownership>, store: Arc<dyn LaneHolds>, stop: Stop) {
+    while !stop.sleep(SURVEY_EVERY).await {
         let (assigned, strays) = ownership.survey_input();
         let now_ms = crate::clock::now_ms();
         let asked = LaneSurvey {

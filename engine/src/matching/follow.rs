@@ -8,7 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::by_id::ById;
 use super::index::MatchIndex;
+use crate::runtime::Stop;
 
 /// Log entries read per round trip.
 const PAGE: usize = 1000;
@@ -355,14 +356,14 @@ pub async fn follow(
     store: Arc<dyn ControlStore>,
     every: Duration,
     pushed: Arc<tokio::sync::Notify>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
 ) {
-    while !stop.load(Ordering::Acquire) {
+    while !stop.is_set() {
         if let Err(e) = subs.catch_up(&*store).await {
             tracing::warn!(error = %e, "reading subscription changes failed; retrying");
         }
         tokio::select! {
-            () = tokio::time::sleep(every) => {}
+            _ = stop.sleep(every) => {}
             () = pushed.notified() => {}
         }
     }
@@ -375,11 +376,7 @@ const LONG_POLL_LIMIT: Duration = Duration::from_secs(35);
 /// Keeps a long poll open on a control process's `/internal/changes` (R-TR-4) and notifies
 /// `pushed` each time it reports a change; on a failure it waits a second and asks again (the
 /// follower's own polling covers the gap).
-pub async fn listen_for_changes(
-    control_url: String,
-    pushed: Arc<tokio::sync::Notify>,
-    stop: Arc<AtomicBool>,
-) {
+pub async fn listen_for_changes(control_url: String, pushed: Arc<tokio::sync::Notify>, stop: Stop) {
     let client = match reqwest::Client::builder().timeout(LONG_POLL_LIMIT).build() {
         Ok(c) => c,
         Err(e) => {
@@ -388,13 +385,17 @@ pub async fn listen_for_changes(
         }
     };
     let mut seen: Option<u64> = None;
-    while !stop.load(Ordering::Acquire) {
+    while !stop.is_set() {
         let url = format!("{control_url}/internal/changes?after={}", seen.unwrap_or(0));
         let answer = async {
             let r = client.get(&url).send().await?.error_for_status()?;
             r.json::<serde_json::Value>().await
         };
-        match answer.await {
+        let answer = tokio::select! {
+            answer = answer => answer,
+            () = stop.said() => break,
+        };
+        match answer {
             Ok(v) => {
                 let count = v["changes"].as_u64().unwrap_or(0);
                 if seen.is_some_and(|s| s != count) {
@@ -405,7 +406,7 @@ pub async fn listen_for_changes(
             Err(e) => {
                 tracing::debug!(error = %e, "change notifications interrupted; asking again");
                 seen = None;
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                stop.sleep(Duration::from_secs(1)).await;
             }
         }
     }
@@ -602,7 +603,7 @@ mod tests {
             .create(&active("t2", "other tenant"))
             .await
             .expect("create");
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Stop::default();
         let follower = tokio::spawn(follow(
             subs.clone(),
             store.clone(),
@@ -648,7 +649,7 @@ mod tests {
         resumed.revision = 3;
         store.replace(&resumed, 2).await.expect("resume");
         assert!(within(vec![a.id]).await);
-        stop.store(true, Ordering::Release);
+        stop.set();
         follower.await.expect("follower");
         assert!(
             !subs.catch_up(&*store).await.expect("catch up"),

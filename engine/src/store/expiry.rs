@@ -23,8 +23,6 @@ pub async fn run(store: Arc<dyn StoreOps>, every: Duration, stop: Stop) {
             }
             Err(e) => tracing::warn!(error = %e, "retention pass failed; next pass retries"),
         }
-        if stop.sleep(every).await {
-            break;
-        }
+        stop.sleep(every).await;
     }
 }

@@ -430,8 +430,6 @@ fn chunk_size(line: &[u8]) -> Result<u64, Failed> {
 mod scripted;
 #[cfg(any(test, feature = "fuzzing"))]
 use self::scripted::Scripted;
-#[cfg(test)]
-use self::scripted::Written;
 
 #[cfg(test)]
 mod tests;

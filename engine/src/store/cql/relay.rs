@@ -7,7 +7,6 @@
 //! them back ([`CqlStore::relayed_outcomes`]) a quarter second apart.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,11 +142,11 @@ impl CqlStore {
 /// An engine's relay: while any subscription is watched, writes the watched subscriptions'
 /// outcomes from `feed` (the lanes' in-process broadcast) to the store; while none is, it holds
 /// no receiver, so the lanes publish to nobody. Ends when `stop` is set.
-pub async fn run_relay(store: Arc<CqlStore>, feed: OutcomeFeed, stop: Arc<AtomicBool>) {
+pub async fn run_relay(store: Arc<CqlStore>, feed: OutcomeFeed, stop: crate::runtime::Stop) {
     let mut watched: HashSet<(String, Uuid)> = HashSet::new();
     let mut receiver = None;
     let mut next_watch_read = tokio::time::Instant::now();
-    while !stop.load(Ordering::Acquire) {
+    while !stop.is_set() {
         if tokio::time::Instant::now() >= next_watch_read {
             next_watch_read += WATCHES_EVERY;
             match store.watched().await {
@@ -175,6 +174,6 @@ pub async fn run_relay(store: Arc<CqlStore>, feed: OutcomeFeed, stop: Arc<Atomic
                 tracing::warn!(error = %e, n = batch.len(), "relaying delivery outcomes failed");
             }
         }
-        tokio::time::sleep(RELAY_EVERY).await;
+        stop.sleep(RELAY_EVERY).await;
     }
 }

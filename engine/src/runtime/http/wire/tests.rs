@@ -1,5 +1,6 @@
 use futures::executor::block_on;
 
+use super::scripted::Written;
 use super::*;
 
 fn wire(answer: &[u8], step: usize) -> (Wire, Written) {
