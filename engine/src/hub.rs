@@ -269,6 +269,7 @@ pub fn run_standalone(
             prefetch_kib: config.kafka_prefetch_kib,
             prefetch_records: config.kafka_prefetch_records,
             session_timeout_ms: config.kafka_session_timeout_ms,
+            fetch_wait_ms: config.kafka_fetch_wait_ms,
             instance_id: config.kafka_instance_id.clone(),
             security: config.kafka_security.clone(),
             sources: config.kafka_sources.clone(),

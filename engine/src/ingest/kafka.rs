@@ -29,6 +29,24 @@ use crate::delivery::backpressure::Backpressure;
 /// (`fetch.queue.backoff.ms`; its default is 1,000).
 const FETCH_QUEUE_BACKOFF_MS: u32 = 10;
 
+/// The bytes a held fetch gathers before the broker answers it sooner than the wait
+/// (`fetch.min.bytes`): ~64 records of 1 KiB, so at a low rate the wait decides, and at a rate
+/// that brings that many within the wait, or over a backlog, the bytes do. Well under what one
+/// partition's fetch may bring (`max.partition.fetch.bytes`, 1 MiB), so a backlog never waits.
+pub const FETCH_GATHER_BYTES: u32 = 64 * 1024;
+
+/// Lets the broker hold a fetch for up to `wait_ms` to gather [`FETCH_GATHER_BYTES`]: at a low
+/// rate records then reach the shards in groups, which share the wake-ups of the consumer and
+/// the shard and one ingest write and sync (issue 17). With 0 librdkafka's defaults stay: the
+/// broker answers as soon as it holds one record (`fetch.min.bytes` 1).
+fn gather_fetches(config: &mut ClientConfig, wait_ms: u32) {
+    if wait_ms > 0 {
+        config
+            .set("fetch.wait.max.ms", wait_ms.to_string())
+            .set("fetch.min.bytes", FETCH_GATHER_BYTES.to_string());
+    }
+}
+
 /// Kafka connection settings shared by the ingest and DLQ consumers.
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
@@ -44,6 +62,9 @@ pub struct KafkaSettings {
     /// The same bound in records (`queued.min.messages`: librdkafka fetches for a partition while
     /// its queue holds fewer records than this and fewer bytes than `prefetch_kib`).
     pub prefetch_records: u32,
+    /// How long the broker may hold a fetch to gather more records (0: it answers with the
+    /// first record; `HubConfig::kafka_fetch_wait_ms`).
+    pub fetch_wait_ms: u32,
     /// Static membership (`group.instance.id`): a restarted engine with the same id gets its
     /// partitions back at once instead of after the session timeout.
     pub instance_id: Option<String>,
@@ -244,6 +265,7 @@ pub fn consumer(
             "session.timeout.ms",
             settings.session_timeout_ms.to_string(),
         );
+    gather_fetches(&mut config, settings.fetch_wait_ms);
     let consumer: Arc<HubConsumer> = Arc::new(config.create_with_context(HubContext {
         // The ingest consumer's (the one that keeps an assignment), not the DLQ observer's.
         stalls: assignment.as_ref().map(|_| Default::default()),
@@ -681,5 +703,31 @@ impl Router<'_> {
         if let Err(e) = result {
             tracing::warn!(error = %e, topic = key.0, partition = key.1, pause, "pause/resume failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r_op_3_a_fetch_wait_lets_the_broker_hold_a_fetch_and_none_keeps_its_defaults() {
+        let mut held = ClientConfig::new();
+        gather_fetches(&mut held, 10);
+        assert_eq!(held.get("fetch.wait.max.ms"), Some("10"));
+        assert_eq!(held.get("fetch.min.bytes"), Some("65536"));
+
+        let mut at_once = ClientConfig::new();
+        gather_fetches(&mut at_once, 0);
+        assert_eq!(
+            at_once.get("fetch.wait.max.ms"),
+            None,
+            "librdkafka's default"
+        );
+        assert_eq!(
+            at_once.get("fetch.min.bytes"),
+            None,
+            "one byte: the first record"
+        );
     }
 }

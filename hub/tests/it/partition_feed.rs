@@ -45,19 +45,27 @@ async fn produce_to_each_partition(topic: &str) {
 #[tokio::test]
 async fn r_in_7_each_shard_takes_its_own_partitions_records_in_order_and_none_reach_the_consumer_queue(
 ) {
+    each_shard_takes_its_own_partitions(member_settings("feed")).await;
+}
+
+/// The same while the broker may hold each fetch to gather records
+/// (`STREAMING_HUB_KAFKA_FETCH_WAIT_MS`, issue 17): groups, not single records, and still every
+/// record once and in order.
+#[tokio::test]
+async fn r_in_7_with_fetches_held_to_gather_records_each_shard_still_takes_every_record_in_order() {
+    let mut settings = member_settings("feed-held");
+    settings.fetch_wait_ms = 100;
+    each_shard_takes_its_own_partitions(settings).await;
+}
+
+async fn each_shard_takes_its_own_partitions(settings: hub_engine::ingest::kafka::KafkaSettings) {
     let topic = format!("lerian.streaming.feed-{}", Uuid::now_v7().simple());
     create_topic(&topic, PARTITIONS).await;
     produce_to_each_partition(&topic).await;
 
     let assignment = member_assignment(SHARDS);
     let (feed, mut shards) = PartitionFeed::new(SHARDS);
-    let member = consumer(
-        &member_settings("feed"),
-        "",
-        Some(assignment.clone()),
-        Some(feed),
-    )
-    .expect("consumer");
+    let member = consumer(&settings, "", Some(assignment.clone()), Some(feed)).expect("consumer");
     member.subscribe(&[&topic]).expect("subscribe");
 
     let mut taken: Vec<Vec<RecordIn>> = vec![Vec::new(); SHARDS];

@@ -606,6 +606,7 @@ pub fn member_settings(what: &str) -> hub_engine::ingest::kafka::KafkaSettings {
         session_timeout_ms: 6_000,
         prefetch_kib: 64 << 10,
         prefetch_records: 100_000,
+        fetch_wait_ms: 0,
         instance_id: None,
         security: Default::default(),
         sources: Default::default(),
