@@ -58,6 +58,22 @@ pub struct ProfileFigures {
     pub counted: Vec<Counted>,
 }
 
+impl ProfileFigures {
+    /// What `--count-wakes` gives: `perf stat`'s counts over `seconds`, no samples to share.
+    fn counts_alone(seconds: f64, command: String, counted: Vec<Counted>) -> Self {
+        Self {
+            seconds,
+            cycles: 0,
+            svg: None,
+            command,
+            threads: Vec::new(),
+            functions: Vec::new(),
+            kinds: Vec::new(),
+            counted,
+        }
+    }
+}
+
 /// A thread's or a function's part of the profile, in the cycles its samples stand for.
 #[derive(Debug, Clone, Serialize)]
 pub struct Share {
@@ -84,10 +100,13 @@ pub struct Wanted {
 
 /// Says what is missing before a run starts, rather than after it.
 pub fn tools_ready(wanted: &Wanted) -> anyhow::Result<()> {
-    let tools: &[&str] = if wanted.samples {
-        &["perf", "inferno-collapse-perf", "inferno-flamegraph"]
+    let (flag, tools): (_, &[&str]) = if wanted.samples {
+        (
+            "--profile",
+            &["perf", "inferno-collapse-perf", "inferno-flamegraph"],
+        )
     } else {
-        &["perf"]
+        ("--count-wakes", &["perf"])
     };
     for &tool in tools {
         let found = Command::new(tool)
@@ -98,8 +117,8 @@ pub fn tools_ready(wanted: &Wanted) -> anyhow::Result<()> {
             .is_ok();
         anyhow::ensure!(
             found,
-            "--profile and --count-wakes need `{tool}` on PATH (scripts/loadtest --profile \
-             installs inferno)"
+            "{flag} needs `{tool}` on PATH (perf is the system's: linux-perf; \
+             scripts/loadtest --profile installs inferno)"
         );
     }
     Ok(())
@@ -190,16 +209,8 @@ impl Profiling {
         let counted = counts(&std::fs::read_to_string(&stat_file).unwrap_or_default());
         let _ = std::fs::remove_file(stat_file);
         if self.perf.is_none() {
-            return Ok(ProfileFigures {
-                seconds,
-                cycles: 0,
-                svg: None,
-                command: std::mem::take(&mut self.command),
-                threads: Vec::new(),
-                functions: Vec::new(),
-                kinds: Vec::new(),
-                counted,
-            });
+            let command = std::mem::take(&mut self.command);
+            return Ok(ProfileFigures::counts_alone(seconds, command, counted));
         }
         eprintln!("[loadtest] folding the profile's stacks (perf script, inferno)");
         let script = Command::new("perf")
@@ -444,19 +455,14 @@ mod tests {
 
     #[test]
     fn counts_alone_give_a_section_of_wake_ups_per_event_without_shares() {
-        let p = ProfileFigures {
-            seconds: 10.0,
-            cycles: 0,
-            svg: None,
-            command: "perf stat -x , -e syscalls:sys_enter_io_uring_enter".to_owned(),
-            threads: Vec::new(),
-            functions: Vec::new(),
-            kinds: Vec::new(),
-            counted: vec![Counted {
+        let p = ProfileFigures::counts_alone(
+            10.0,
+            "perf stat -x , -e syscalls:sys_enter_io_uring_enter".to_owned(),
+            vec![Counted {
                 name: "io_uring_enter".to_owned(),
                 count: 57_000,
             }],
-        };
+        );
         let md = section(&p, Some(500.0));
         assert!(md.starts_with("## The hub's wake-ups (perf stat)"), "{md}");
         assert!(md.contains("`perf stat -x , -e syscalls:sys_enter_io_uring_enter`"));
