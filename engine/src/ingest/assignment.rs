@@ -30,6 +30,10 @@ struct State {
     partitions: HashSet<Partition>,
     /// Claims and batch writes under way per partition (`WriteGuard`s alive).
     writing: HashMap<Partition, usize>,
+    /// Revocations waiting for writes to end: a write that ends signals only while one waits
+    /// (issue 17: the signal is a system call whether or not anyone waits, one per ingest batch,
+    /// a record's worth at a low rate).
+    revoking: usize,
 }
 
 /// This member's partitions.
@@ -58,8 +62,12 @@ impl Drop for WriteGuard {
                 state.writing.remove(&self.partition);
             }
         }
+        // Read under the lock, which a revocation holds from counting itself until it waits.
+        let anyone_waits = state.revoking > 0;
         drop(state);
-        self.assignment.write_ended.notify_all();
+        if anyone_waits {
+            self.assignment.write_ended.notify_all();
+        }
     }
 }
 
@@ -132,20 +140,23 @@ impl Assignment {
         }
         let remaining: Vec<Partition> = state.partitions.iter().cloned().collect();
         self.ownership.set_assignment(&remaining);
-        loop {
+        state.revoking += 1;
+        let ended = loop {
             if !revoked.iter().any(|k| state.writing.contains_key(k)) {
-                return true;
+                break true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                break false;
             }
             state = self
                 .write_ended
                 .wait_timeout(state, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
-        }
+        };
+        state.revoking -= 1;
+        ended
     }
 }
 
@@ -199,5 +210,39 @@ mod tests {
         // A write that does not end in time: the revocation gives up waiting and says so.
         assert!(!a.revoke(&[(topic.to_owned(), 1)], Duration::from_millis(20)));
         drop(other);
+        assert_eq!(
+            a.lock().revoking,
+            0,
+            "a revocation that returned, waited out or not, is no longer waited for"
+        );
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // plain test threads stand in for two shards' writes
+    fn r_op_1_a_revocation_waits_for_every_write_of_its_partition_ending_in_any_order() {
+        let a = Arc::new(Assignment::new(Arc::new(Ownership::new(
+            Numbering::ByPartition,
+            2,
+        ))));
+        let topic = "lerian.streaming.lender";
+        a.set(vec![(topic.to_owned(), 0)]);
+        let enders: Vec<_> = (0..2)
+            .map(|i| {
+                let write = a.begin_write(topic, 0).expect("held");
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(30 * (i + 1)));
+                    drop(write);
+                })
+            })
+            .collect();
+        assert!(a.revoke(&[(topic.to_owned(), 0)], Duration::from_secs(10)));
+        assert!(
+            a.lock().writing.is_empty(),
+            "both writes had ended when the revocation returned"
+        );
+        for e in enders {
+            e.join().expect("thread");
+        }
+        assert_eq!(a.lock().revoking, 0);
     }
 }
