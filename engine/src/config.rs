@@ -125,7 +125,8 @@ pub struct HubConfig {
     /// `fetch.min.bytes` at [`crate::ingest::kafka::FETCH_GATHER_BYTES`]): at a low rate records
     /// then reach the shards in groups that share a wake-up of the consumer and the shard, one
     /// ingest write and its `fdatasync`, and each record waits up to this long more; at a rate
-    /// that fills the bytes sooner, or over a backlog, a fetch comes back at once as before.
+    /// that fills the bytes sooner, or over a backlog, a fetch is not held (yet a backlog's
+    /// ingest measured faster with 10 ms, and its deliveries slower: the reports README).
     /// At 500 events/s (issue 17, fiftieth session): 0 → 538 µs of hub CPU per event, 8.2
     /// context switches and 1.0 `fdatasync` per event, p50 2 ms; 5 → ~440 µs, 5.9, 0.7, p50
     /// 5–6 ms; 10 → 357 µs, 4.0, 0.5, p50 9 ms. 0 (the default): a fetch comes back with the
