@@ -127,10 +127,11 @@ pub struct HubConfig {
     /// ingest write and its `fdatasync`, and each record waits up to this long more; at a rate
     /// that fills the bytes sooner, or over a backlog, a fetch is not held (yet a backlog's
     /// ingest measured faster with 10 ms, and its deliveries slower: the reports README).
-    /// At 500 events/s (issue 17, fiftieth session): 0 → 538 µs of hub CPU per event, 8.2
-    /// context switches and 1.0 `fdatasync` per event, p50 2 ms; 5 → ~440 µs, 5.9, 0.7, p50
-    /// 5–6 ms; 10 → 357 µs, 4.0, 0.5, p50 9 ms. 0 (the default): a fetch comes back with the
-    /// first record. At most 1,000. Env `STREAMING_HUB_KAFKA_FETCH_WAIT_MS`.
+    /// At 500 events/s (issue 17, fiftieth session, three alternated rounds): 0 → 436 µs of hub
+    /// CPU per event, p50 1–2 ms; 5 → 393 µs, p50 5 ms; 10 → 302 µs, p50 8 ms, p99 15–17 ms
+    /// (context switches per event 8.2 → 5.9 → 4.0, `fdatasync` 1.0 → 0.7 → 0.5). 0 (the
+    /// default): a fetch comes back with the first record. At most 1,000. Env
+    /// `STREAMING_HUB_KAFKA_FETCH_WAIT_MS`.
     pub kafka_fetch_wait_ms: u32,
     /// Consumer-group session timeout: how long a crashed engine's partitions wait before another
     /// member takes them. Env `STREAMING_HUB_KAFKA_SESSION_TIMEOUT_MS`. Default 45000.

@@ -16,11 +16,10 @@
 //! partitions and HTTP ingest answers 429 `ingest_throttled` with `Retry-After`.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-
-use crate::runtime::Stop;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::Stop;
 use crate::store::Jobs;
 
 /// How long a lane gathers start lags before it reports one.

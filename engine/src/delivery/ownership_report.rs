@@ -9,6 +9,7 @@ use std::time::Duration;
 use hub_core::ownership::{EngineOwnership, LaneOwnership};
 
 use super::ownership::{LaneOwned, Owned, Ownership};
+use crate::runtime::Stop;
 use crate::store::{LaneHolds, LaneReport, StoreError};
 
 /// How often the report is published (the control plane's list is this stale at most, plus a
@@ -44,7 +45,7 @@ impl Reporter {
     }
 
     /// Publishes the report every `PUBLISH_EVERY` until `stop`.
-    pub async fn publish(self, stop: crate::runtime::Stop) {
+    pub async fn publish(self, stop: Stop) {
         while !stop.is_set() {
             match self.report(PUBLISH_EVERY).await {
                 Ok(report) => {

@@ -19,6 +19,7 @@ use hub_core::outcomes::{DeliveryOutcome, OutcomeFeed, Relayed};
 
 use super::statements::{prepare, Kind};
 use super::{unavailable, CqlStore};
+use crate::runtime::Stop;
 use crate::store::StoreError;
 
 /// How long a watch mark lives unless renewed.
@@ -142,7 +143,7 @@ impl CqlStore {
 /// An engine's relay: while any subscription is watched, writes the watched subscriptions'
 /// outcomes from `feed` (the lanes' in-process broadcast) to the store; while none is, it holds
 /// no receiver, so the lanes publish to nobody. Ends when `stop` is set.
-pub async fn run_relay(store: Arc<CqlStore>, feed: OutcomeFeed, stop: crate::runtime::Stop) {
+pub async fn run_relay(store: Arc<CqlStore>, feed: OutcomeFeed, stop: Stop) {
     let mut watched: HashSet<(String, Uuid)> = HashSet::new();
     let mut receiver = None;
     let mut next_watch_read = tokio::time::Instant::now();
